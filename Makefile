@@ -1,0 +1,28 @@
+# The two commands of the README: `make demo` and `make test`.
+# Both run `make setup` first, which is idempotent and quick once done.
+SHELL := /bin/bash
+VENV  := .venv
+
+.PHONY: setup demo test unit bench shim clean
+
+setup:
+	@bash scripts/setup.sh
+
+shim:
+	@$(MAKE) -s -C hijack
+
+demo: setup
+	@bash scripts/demo.sh
+
+test: setup
+	@$(VENV)/bin/python -m pytest tests
+
+unit: setup
+	@$(VENV)/bin/python -m pytest tests/unit
+
+bench: setup
+	@$(VENV)/bin/python scripts/bench_checkpoint.py
+
+clean:
+	@$(MAKE) -s -C hijack clean
+	rm -rf $(VENV) *.egg-info

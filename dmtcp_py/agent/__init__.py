@@ -1,0 +1,1 @@
+"""The agent: parent of one launched (or restored) process tree."""

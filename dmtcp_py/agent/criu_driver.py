@@ -1,0 +1,130 @@
+"""CRIU through pycriu's RPC (criu swrk), and nothing else.
+
+Blocking calls: the agent runs them in a worker thread.  Errors come back as
+CriuError with CRIU's own last error line and the log file to read.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+from pathlib import Path
+
+import pycriu.images
+from pycriu.criu import CRIUException, criu as CriuRpc
+
+from dmtcp_py.paths import criu_binary
+
+log = logging.getLogger("agent.criu")
+
+
+class CriuError(Exception):
+    pass
+
+
+def _log_level() -> int:
+    # CRIU: 1 errors, 2 warnings, 3 info, 4 debug
+    return 4 if os.environ.get("DMTCP_LOG_LEVEL", "").upper() == "DEBUG" else 2
+
+
+def _new(images_dir: Path, log_path: Path) -> tuple[pycriu.criu.criu, list[int]]:
+    c = CriuRpc()
+    c.use_binary(criu_binary())
+    images_fd = os.open(images_dir, os.O_DIRECTORY)
+    work_fd = os.open(log_path.parent, os.O_DIRECTORY)
+    c.opts.images_dir_fd = images_fd
+    c.opts.work_dir_fd = work_fd
+    c.opts.log_file = log_path.name
+    c.opts.log_level = _log_level()
+    c.opts.shell_job = True
+    c.opts.file_locks = True
+    return c, [images_fd, work_fd]
+
+
+def _failure(what: str, exc: Exception, log_path: Path) -> CriuError:
+    last = ""
+    try:
+        # the first real error is the cause; "rlimit" is harmless here and
+        # "Restoring FAILED" is only the conclusion
+        lines = [ln for ln in log_path.read_text(errors="replace").splitlines()
+                 if "Error" in ln and "RLIMIT_NOFILE" not in ln and "FAILED" not in ln]
+        if lines:
+            last = lines[0].split("): ", 1)[-1].strip()
+    except OSError:
+        pass
+    detail = last or str(exc)
+    return CriuError(f"criu {what} failed: {detail} (log: {log_path})")
+
+
+def dump(root_pid: int, images_dir: Path, log_path: Path, *, leave_running: bool,
+         external: list[str]) -> None:
+    c, fds = _new(images_dir, log_path)
+    try:
+        c.opts.pid = root_pid
+        c.opts.leave_running = leave_running
+        c.opts.external.extend(external)
+        c.dump()
+    except CRIUException as exc:
+        raise _failure("dump", exc, log_path) from None
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def unpin_external_files(images_dir: Path) -> int:
+    """Drop the recorded size of files declared external at dump.
+
+    They are the tree's stdio, handed over at restore from the restarting
+    command (inherit_fd): a different file by design, so CRIU's check that
+    the file still has its dump-time size can only refuse a good restore,
+    and its dump-time offset would leave a hole in the new output file.
+    Output files therefore continue in append mode at their end; input
+    files keep their offset.  Returns the number of entries changed."""
+    path = images_dir / "files.img"
+    with open(path, "rb") as f:
+        img = pycriu.images.load(f)
+    changed = 0
+    for entry in img["entries"]:
+        reg = entry.get("reg")
+        if not (reg and reg.get("ext")):
+            continue
+        reg.pop("size", None)
+        if reg.get("flags", 0) & os.O_ACCMODE != os.O_RDONLY:
+            reg["flags"] = reg.get("flags", 0) | os.O_APPEND
+            reg["pos"] = 0
+        changed += 1
+    if changed:
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            pycriu.images.dump(img, f)
+        os.replace(tmp, path)
+    return changed
+
+
+def restore(images_dir: Path, log_path: Path, *, inherit: list[tuple[int, str]]) -> int:
+    """Restore the tree as a child of this process (restore-sibling);
+    return the root's pid."""
+    c, fds = _new(images_dir, log_path)
+    try:
+        c.opts.rst_sibling = True
+        for fd, key in inherit:
+            c.opts.inherit_fd.add(fd=fd, key=key)
+        resp = c.restore()
+        return int(resp.pid)
+    except CRIUException as exc:
+        raise _failure("restore", exc, log_path) from None
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def version() -> str:
+    try:
+        out = subprocess.run([criu_binary(), "--version"], capture_output=True, text=True,
+                             timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    for line in out.splitlines():
+        if line.startswith("Version:"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"

@@ -1,0 +1,292 @@
+"""The agent's asyncio program, for a launched tree and for a restored one.
+
+It talks to the coordinator (barriers), to the shims of its tree (records),
+and runs CRIU.  The order of states comes from protocol.states; this module
+only says what each state means for one tree.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from dmtcp_py.agent import criu_driver, shimlink, stdio
+from dmtcp_py.agent.shimlink import ShimLink
+from dmtcp_py.agent.tree import Tree, become_subreaper
+from dmtcp_py.errors import UserError
+from dmtcp_py.images import manifest as manifest_mod
+from dmtcp_py.images import store
+from dmtcp_py.paths import hostname, run_dir, shim_library
+from dmtcp_py.protocol import codec, messages
+from dmtcp_py.protocol.states import State, TransitionError, check_transition, parse
+
+log = logging.getLogger("agent")
+
+SHIM_TIMEOUT = 10.0   # a process that does not answer its agent in this time is stuck
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+@dataclass
+class AgentConfig:
+    coord_host: str
+    coord_port: int
+    token: str
+    ckptdir: Path
+    tree_id: str
+    program: str
+    argv: list[str] = field(default_factory=list)
+    path: str = ""                      # resolved program path (launch)
+    image: Path | None = None           # restart
+    manifest: manifest_mod.Manifest | None = None
+
+
+class Agent:
+    def __init__(self, cfg: AgentConfig) -> None:
+        self.cfg = cfg
+        self.tree = Tree()
+        name = cfg.manifest.agent_socket if cfg.manifest else f"dmtcp-agent-{cfg.tree_id}"
+        self.shims = ShimLink(name, on_change=self._peers_changed)
+        self.state = State.RESTARTING if cfg.manifest else State.RUNNING
+        self.comp_id = ""
+        self.writer: asyncio.StreamWriter | None = None
+        self.expected_pids: set[int] = set()
+        self.stopped_by_checkpoint = False
+        self.busy = asyncio.Lock()
+
+    # ---- entry -----------------------------------------------------------
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        become_subreaper()
+        loop.add_signal_handler(signal.SIGCHLD, self.tree.reap_orphans)
+        for sig in FORWARDED_SIGNALS:
+            loop.add_signal_handler(sig, self.tree.signal_root, sig)
+        # the terminal delivers these to the whole foreground group already
+        loop.add_signal_handler(signal.SIGINT, lambda: None)
+        loop.add_signal_handler(signal.SIGQUIT, lambda: None)
+        try:
+            await self.shims.listen()
+        except OSError as exc:
+            raise UserError(f"cannot listen for the tree's processes on @{self.shims.name}: "
+                            f"{exc.strerror} (is this tree already running on this host?)") from None
+        reader = await self._join_coordinator()
+        if self.cfg.manifest is None:
+            self._start_tree()
+        else:
+            await self._restore()
+        listener = asyncio.create_task(self._coordinator_loop(reader))
+        await self.tree.exited.wait()
+        # orphans that came back to us are still the program's processes
+        while self.tree.has_live_processes():
+            await asyncio.sleep(0.2)
+        async with self.busy:  # let a reply to the coordinator go out first
+            pass
+        listener.cancel()
+        if self.writer:
+            self.writer.close()
+        if self.stopped_by_checkpoint:
+            return 0
+        return self.tree.exit_status if self.tree.exit_status is not None else 0
+
+    # ---- coordinator -------------------------------------------------------
+
+    async def _join_coordinator(self) -> asyncio.StreamReader:
+        cfg = self.cfg
+        try:
+            reader, self.writer = await asyncio.open_connection(cfg.coord_host, cfg.coord_port)
+        except OSError as exc:
+            raise UserError(f"no coordinator at {cfg.coord_host}:{cfg.coord_port} "
+                            f"({exc.strerror or exc})") from None
+        hello = dict(role="agent", token=cfg.token, host=hostname(), pid=os.getpid(),
+                     program=cfg.program, tree_id=cfg.tree_id)
+        m = cfg.manifest
+        if m is not None:
+            hello.update(restart=True, comp_id=m.comp_id, generation=m.generation,
+                         num_trees=m.num_trees)
+        self._send(messages.make("hello", **hello))
+        self._decoder = codec.Decoder()
+        self._pending: list[dict] = []
+        reply = await self._recv(reader)
+        if reply is None:
+            raise UserError(f"coordinator at {cfg.coord_host}:{cfg.coord_port} closed the connection")
+        if reply["type"] == "refused":
+            raise UserError(f"coordinator at {cfg.coord_host}:{cfg.coord_port} refused: {reply['error']}")
+        self.comp_id = reply["comp_id"]
+        log.info("joined computation %s as agent %s", self.comp_id, reply["agent_id"])
+        return reader
+
+    async def _recv(self, reader: asyncio.StreamReader) -> dict | None:
+        while not self._pending:
+            data = await reader.read(65536)
+            if not data:
+                return None
+            self._pending.extend(self._decoder.feed(data))
+        return messages.validate(self._pending.pop(0))
+
+    def _send(self, message: dict) -> None:
+        if self.writer is not None and not self.writer.is_closing():
+            self.writer.write(codec.encode(message))
+
+    async def _coordinator_loop(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                msg = await self._recv(reader)
+                if msg is None:
+                    break
+                if msg["type"] == "barrier":
+                    async with self.busy:
+                        await self._barrier(msg)
+                elif msg["type"] == "kill":
+                    log.info("kill requested by the coordinator")
+                    self.tree.kill()
+        except (codec.FrameError, messages.MessageError, ConnectionError) as exc:
+            log.error("coordinator link broken: %s", exc)
+        except Exception:
+            log.exception("agent failure")
+            raise
+        log.warning("lost the coordinator; the program keeps running without checkpoints")
+
+    def _peers_changed(self) -> None:
+        procs = []
+        for pid in self.shims.pids():
+            try:
+                procs.append([pid, psutil.Process(pid).name()])
+            except psutil.Error:
+                procs.append([pid, "?"])
+        self._send(messages.make("peers", count=len(procs), procs=procs))
+
+    # ---- the tree ------------------------------------------------------------
+
+    def _start_tree(self) -> None:
+        cfg = self.cfg
+        env = dict(os.environ)
+        lib = str(shim_library())
+        env["LD_PRELOAD"] = lib + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
+        env["DMTCP_AGENT_SOCK"] = self.shims.address
+        env["DMTCP_COORD_HOST"] = cfg.coord_host
+        env["DMTCP_COORD_PORT"] = str(cfg.coord_port)
+        env["DMTCP_CHECKPOINT_DIR"] = str(cfg.ckptdir)
+        pid = self.tree.spawn(cfg.path, cfg.argv, env)
+        log.info("started %s as pid %d", cfg.argv, pid)
+
+    async def _restore(self) -> None:
+        cfg, m = self.cfg, self.cfg.manifest
+        assert m is not None and cfg.image is not None
+        inherit, opened = stdio.inherit_fds(m.stdio)
+        log_path = run_dir() / f"criu-restore-{m.tree_id}-{os.getpid()}.log"
+        self.tree.hold_reaping = True
+        try:
+            pid = await asyncio.get_running_loop().run_in_executor(
+                None, lambda: criu_driver.restore(cfg.image, log_path, inherit=inherit))
+        except criu_driver.CriuError as exc:
+            self._send(messages.make("reached", state=State.CHECKPOINTED.value, ok=False,
+                                     error=str(exc)))
+            raise UserError(str(exc)) from None
+        finally:
+            self.tree.hold_reaping = False
+            for fd in opened:
+                os.close(fd)
+        self.tree.adopt(pid)
+        self.expected_pids = set(m.pids) if m.peers else set()
+        log.info("restored %s (generation %d) as pid %d", cfg.image, m.generation, pid)
+        self.state = State.CHECKPOINTED
+        self._send(messages.make("reached", state=State.CHECKPOINTED.value, ok=True))
+
+    # ---- barriers --------------------------------------------------------------
+
+    async def _barrier(self, msg: dict) -> None:
+        try:
+            target = parse(msg["state"])
+            check_transition(self.state, target)
+        except TransitionError as exc:
+            log.error("coordinator: %s", exc)
+            self._send(messages.make("reached", state=msg["state"], ok=False, error=str(exc)))
+            return
+        reply: dict = {}
+        error = None
+        if target is State.SUSPENDED:
+            stuck = await self.shims.request_all(shimlink.SUSPEND, shimlink.SUSPENDED, SHIM_TIMEOUT)
+            if stuck:
+                error = f"processes {stuck} did not answer the suspend request"
+        elif target is State.CHECKPOINTED:
+            try:
+                reply["image"] = await self._checkpoint(msg)
+            except (criu_driver.CriuError, OSError) as exc:
+                error = str(exc)
+                log.error("checkpoint failed: %s", exc)
+            except Exception as exc:  # a bug of ours must not leave the tree suspended
+                error = f"internal error: {exc!r}"
+                log.exception("checkpoint failed")
+        elif target is State.REFILLED:
+            missing = await self.shims.wait_for(self._live(self.expected_pids), SHIM_TIMEOUT)
+            if missing:
+                log.warning("processes %s did not reconnect", sorted(missing))
+        elif target is State.RUNNING:
+            await self.shims.request_all(shimlink.RESUME, shimlink.RESUMED, SHIM_TIMEOUT)
+        self.state = target
+        if error:
+            reply["error"] = error
+        self._send(messages.make("reached", state=target.value, ok=error is None, **reply))
+
+    @staticmethod
+    def _live(pids: set[int]) -> set[int]:
+        return {p for p in pids if psutil.pid_exists(p)}
+
+    async def _checkpoint(self, msg: dict) -> dict:
+        cfg = self.cfg
+        generation = int(msg.get("generation", 0))
+        stop = bool(msg.get("stop"))
+        name = store.image_name(cfg.program, cfg.tree_id)
+        final = cfg.ckptdir / name
+        partial = store.make_partial(cfg.ckptdir, name, generation)
+        log_path = run_dir() / f"criu-dump-{cfg.tree_id}.log"
+        started = time.monotonic()
+        self.shims.stop_listening()
+        try:
+            parked = set(self.shims.pids())
+            stuck = await self.shims.park_all(SHIM_TIMEOUT)
+            if stuck:
+                raise criu_driver.CriuError(f"processes {stuck} did not detach from the agent")
+            procs = self.tree.processes()
+            io = stdio.describe()
+            external = stdio.external_ids(io)
+            self.tree.hold_reaping = True
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, lambda: criu_driver.dump(
+                    self.tree.root_pid, partial, log_path, leave_running=not stop,
+                    external=external))
+            finally:
+                self.tree.hold_reaping = False
+            if external:
+                criu_driver.unpin_external_files(partial)
+            files = store.file_sizes(partial)
+            m = manifest_mod.Manifest(
+                comp_id=self.comp_id, tree_id=cfg.tree_id, program=cfg.program,
+                argv=list(cfg.argv or (cfg.manifest.argv if cfg.manifest else [])),
+                host=hostname(), generation=generation, time=time.time(),
+                root_pid=self.tree.root_pid, pids=sorted(p.pid for p in procs),
+                peers=len(parked), agent_socket=self.shims.name,
+                num_trees=int(msg.get("num_trees", 1)), stdio=io, external=external,
+                criu_version=criu_driver.version(), files=files)
+            m.write(partial)
+            store.publish(partial, final)
+        except BaseException:
+            store.discard(partial)
+            if not stop:
+                await self.shims.listen()
+            raise
+        if stop:
+            self.stopped_by_checkpoint = True
+        else:
+            await self.shims.listen()
+        self.expected_pids = parked
+        duration = time.monotonic() - started
+        log.info("generation %d: %s, %d bytes in %.3f s", generation, final, m.total_bytes, duration)
+        return {"path": str(final), "host": hostname(), "tree_id": cfg.tree_id,
+                "program": cfg.program, "bytes": m.total_bytes, "duration": duration}

@@ -1,0 +1,108 @@
+"""The process tree under one agent: start it, watch it, reap, kill.
+
+The agent is a child subreaper, so processes orphaned inside the tree come
+back to it instead of init: it reaps them, and they stay countable.
+"""
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import os
+import signal
+
+import psutil
+
+log = logging.getLogger("agent.tree")
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
+class Tree:
+    def __init__(self) -> None:
+        self.root_pid: int | None = None
+        self.exit_status: int | None = None
+        self.exited = asyncio.Event()
+        self.hold_reaping = False  # while CRIU runs, its own children are not ours to reap
+        self._pidfd: int | None = None
+
+    def spawn(self, path: str, argv: list[str], env: dict[str, str]) -> int:
+        """posix_spawn: only fds 0-2 are inheritable in this process, so the
+        tree gets nothing of the agent's; SIGPIPE is back to default."""
+        pid = os.posix_spawn(path, argv, env,
+                             setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT,
+                                        signal.SIGQUIT))
+        self.adopt(pid)
+        return pid
+
+    def adopt(self, pid: int) -> None:
+        self.root_pid = pid
+        self._pidfd = os.pidfd_open(pid)
+        asyncio.get_running_loop().add_reader(self._pidfd, self._root_exited)
+
+    def _root_exited(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self._pidfd)
+        os.close(self._pidfd)
+        self._pidfd = None
+        try:
+            _, status = os.waitpid(self.root_pid, 0)
+            self.exit_status = os.waitstatus_to_exitcode(status)
+        except ChildProcessError:
+            self.exit_status = 0
+        log.info("root %d exited with %s", self.root_pid, self.exit_status)
+        self.exited.set()
+        self.reap_orphans()
+
+    def reap_orphans(self) -> None:
+        if self.hold_reaping:
+            return
+        try:
+            children = psutil.Process().children()
+        except psutil.Error:
+            return
+        for child in children:
+            if child.pid == self.root_pid and not self.exited.is_set():
+                continue
+            try:
+                if child.status() == psutil.STATUS_ZOMBIE:
+                    os.waitpid(child.pid, os.WNOHANG)
+            except (psutil.Error, ChildProcessError):
+                pass
+
+    def processes(self) -> list[psutil.Process]:
+        """Every live process of the tree: the root's descendants and the
+        orphans that came back to us."""
+        out: dict[int, psutil.Process] = {}
+        try:
+            for child in psutil.Process().children():
+                if child.status() == psutil.STATUS_ZOMBIE or child.name() == "criu":
+                    continue
+                out[child.pid] = child
+                for d in child.children(recursive=True):
+                    out[d.pid] = d
+        except psutil.Error:
+            pass
+        return list(out.values())
+
+    def has_live_processes(self) -> bool:
+        return bool(self.processes())
+
+    def kill(self) -> None:
+        for proc in self.processes():
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+
+    def signal_root(self, signum: int) -> None:
+        if self.root_pid is not None and not self.exited.is_set():
+            try:
+                os.kill(self.root_pid, signum)
+            except ProcessLookupError:
+                pass

@@ -1,0 +1,89 @@
+"""dmtcp-command: talk to a running coordinator."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from dmtcp_py import __version__
+from dmtcp_py.cli.common import CONTEXT, coord_host_option, coord_port_option, run
+from dmtcp_py.client import CoordinatorClient
+from dmtcp_py.errors import UserError
+
+
+@click.command(context_settings=CONTEXT)
+@coord_host_option
+@coord_port_option
+@click.option("-s", "--status", "action", flag_value="status", help="Print the status.")
+@click.option("-l", "--list", "action", flag_value="list", help="List trees and processes.")
+@click.option("-c", "--checkpoint", "action", flag_value="checkpoint",
+              help="Request a checkpoint and return.")
+@click.option("-bc", "--bcheckpoint", "action", flag_value="bcheckpoint",
+              help="Checkpoint and return when every image is complete.")
+@click.option("-k", "--kill", "action", flag_value="kill", help="Kill the computation.")
+@click.option("-q", "--quit", "action", flag_value="quit",
+              help="Kill the computation and the coordinator.")
+@click.option("-i", "--interval", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Set the checkpoint interval (0 disables).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (-s, -l).")
+@click.version_option(__version__, "--version")
+def cli(coord_host, coord_port, action, interval, as_json):
+    """Send one command to the coordinator at HOST:PORT."""
+    if action is None and interval is not None:
+        action = "interval"
+    if action is None:
+        raise UserError("no command given: one of -s, -l, -c, -bc, -k, -q, -i N")
+    with CoordinatorClient(coord_host, coord_port,
+                           timeout=None if action == "bcheckpoint" else 30.0) as client:
+        if action in ("status", "list"):
+            reply = client.command(action)
+            return _print_status(reply, coord_host, coord_port, as_json, listing=action == "list")
+        if action in ("checkpoint", "bcheckpoint"):
+            reply = client.command("checkpoint", blocking=action == "bcheckpoint")
+        elif action == "interval":
+            reply = client.command("interval", seconds=interval)
+        else:
+            reply = client.command(action)
+    if not reply["ok"]:
+        raise UserError(reply.get("error") or f"{action} failed")
+    if action == "bcheckpoint":
+        click.echo(f"checkpoint {reply['generation']} done: {reply['trees']} trees, "
+                   f"{reply['bytes']} bytes, {reply['duration']:.3f} s")
+    elif action == "checkpoint":
+        click.echo(reply.get("note") or f"checkpoint {reply.get('generation')} requested")
+    elif action == "kill":
+        click.echo(f"killed {reply.get('killed', 0)} trees")
+    elif action == "interval":
+        click.echo(f"checkpoint interval: {reply['interval']:g} s")
+    return 0
+
+
+def _print_status(reply: dict, host: str, port: int, as_json: bool, listing: bool) -> int:
+    fields = {k: v for k, v in reply.items() if k not in ("v", "type", "ok")}
+    if as_json:
+        click.echo(json.dumps({"host": host, "port": port, **fields}, indent=1, sort_keys=True))
+        return 0
+    lines = [f"Coordinator: {host}:{port}, computation {reply['comp_id']}",
+             f"NUM_PEERS={reply['num_peers']}",
+             f"RUNNING={'yes' if reply['running'] else 'no'}",
+             f"GENERATION={reply['generation']}",
+             f"CKPT_INTERVAL={reply['checkpoint_interval']:g}"]
+    last = reply.get("last_checkpoint")
+    if last:
+        lines.append(f"LAST_CKPT=generation {last['generation']} "
+                     f"{'ok' if last['ok'] else 'FAILED'} {last['duration']:.3f} s "
+                     f"{last['bytes']} bytes")
+    if listing:
+        for t in reply.get("trees", []):
+            lines.append(f"{t['host']}  agent {t['agent_pid']}  {t['program']}  {t['state']}")
+            lines += [f"    pid {pid}  {name}" for pid, name in t["procs"]]
+    click.echo("\n".join(lines))
+    return 0
+
+
+def main() -> None:
+    run("dmtcp-command", cli)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""What all commands share: coordinator options, one-line errors, starting
+a coordinator when none answers."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from dmtcp_py.client import coordinator_alive
+from dmtcp_py.errors import UserError
+from dmtcp_py.paths import DEFAULT_PORT, hostname
+
+CONTEXT = {"help_option_names": ["--help"], "max_content_width": 100}
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def coord_host_option(f):
+    return click.option("-h", "--coord-host", envvar="DMTCP_COORD_HOST", default="127.0.0.1",
+                        show_default=True, metavar="HOST",
+                        help="Coordinator host [env DMTCP_COORD_HOST].")(f)
+
+
+def coord_port_option(f, *, help_text="Coordinator port [env DMTCP_COORD_PORT]."):
+    return click.option("-p", "--coord-port", envvar="DMTCP_COORD_PORT", default=DEFAULT_PORT,
+                        show_default=True, type=click.IntRange(0, 65535), metavar="PORT",
+                        help=help_text)(f)
+
+
+def run(name: str, command: click.Command) -> None:
+    """Run a click command; every failure is one line on stderr."""
+    try:
+        code = command.main(prog_name=name, standalone_mode=False)
+    except UserError as exc:
+        click.echo(f"{name}: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.ClickException as exc:
+        click.echo(f"{name}: error: {exc.format_message()} (see --help)", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def is_local(host: str) -> bool:
+    return host in LOCAL_HOSTS or host == hostname()
+
+
+def start_coordinator(port: int, *, interval: float | None = None) -> int:
+    """Start a background coordinator (exits with its last client) and
+    return its port.  Fails if the port is taken."""
+    with tempfile.TemporaryDirectory(prefix="dmtcp-port-") as tmp:
+        port_file = Path(tmp) / "port"
+        argv = [sys.executable, "-m", "dmtcp_py.cli.coordinator", "--daemon", "--exit-on-last",
+                "-q", "--coord-port", str(port), "--port-file", str(port_file)]
+        if interval:
+            argv += ["--interval", str(interval)]
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        if proc.returncode != 0:
+            msg = proc.stderr.strip().splitlines()
+            raise UserError(msg[-1].split("error: ", 1)[-1] if msg else "could not start a coordinator")
+        return int(port_file.read_text())
+
+
+def ensure_coordinator(host: str, port: int, *, join: bool, new: bool,
+                       interval: float | None = None) -> int:
+    """The port of a coordinator to use, started here when allowed."""
+    if new:
+        if not is_local(host):
+            raise UserError(f"--new-coordinator starts one on this host, not on {host}")
+        return start_coordinator(port, interval=interval)
+    if port and coordinator_alive(host, port):
+        return port
+    if join:
+        raise UserError(f"no coordinator at {host}:{port} (--join given)")
+    if not is_local(host):
+        raise UserError(f"no coordinator at {host}:{port}, and it is not this host: start one there")
+    return start_coordinator(port, interval=interval)
+
+
+def exit_code(status: int) -> int:
+    """A child's status as a shell would report it."""
+    return 128 - status if status < 0 else status
+
+
+def default_ckptdir(value: str | None) -> Path:
+    return Path(value or os.environ.get("DMTCP_CHECKPOINT_DIR") or os.getcwd()).resolve()
+

@@ -1,0 +1,143 @@
+"""dmtcp-coordinator: one per computation."""
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import secrets
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import click
+
+from dmtcp_py import __version__, logs
+from dmtcp_py.cli.common import CONTEXT, coord_port_option, run
+from dmtcp_py.coordinator import console
+from dmtcp_py.coordinator.machine import CoordinatorMachine
+from dmtcp_py.coordinator.server import CoordinatorServer
+from dmtcp_py.errors import UserError
+from dmtcp_py.paths import token_file
+
+
+@click.command(context_settings=CONTEXT)
+@coord_port_option
+@click.option("--listen", "listen_host", default="127.0.0.1", show_default=True, metavar="ADDR",
+              help="Address to listen on; give 0.0.0.0 for trees on other hosts.")
+@click.option("--port-file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write the port actually used here (useful with --coord-port 0).")
+@click.option("--ckptdir", type=click.Path(file_okay=False), envvar="DMTCP_CHECKPOINT_DIR",
+              metavar="DIR", help="Directory for the restart script (and images, for trees "
+                                  "that do not choose their own) [env DMTCP_CHECKPOINT_DIR].")
+@click.option("-i", "--interval", type=click.FloatRange(min=0), default=0,
+              envvar="DMTCP_CHECKPOINT_INTERVAL", metavar="SECONDS",
+              help="Checkpoint every SECONDS (0: only on request) [env DMTCP_CHECKPOINT_INTERVAL].")
+@click.option("--exit-on-last", is_flag=True, help="Exit when the last process exits.")
+@click.option("--exit-after-ckpt", is_flag=True,
+              help="Stop the computation after its next checkpoint, then exit.")
+@click.option("--daemon", is_flag=True, help="Run in the background (no console).")
+@click.option("-q", "--quiet", is_flag=True, help="Print no progress messages.")
+@click.version_option(__version__, "--version")
+def cli(coord_port, listen_host, port_file, ckptdir, interval, exit_on_last, exit_after_ckpt,
+        daemon, quiet):
+    """Coordinate checkpoints of every process tree launched against it.
+
+    Console commands on standard input: c checkpoint, l list, s status,
+    i N interval, k kill, q quit, h help.
+    """
+    ready_fd = _daemonize() if daemon else None
+    token = os.environ.get("DMTCP_COORD_TOKEN") or secrets.token_hex(16)
+    machine = CoordinatorMachine(uuid.uuid4().hex[:12], exit_on_last=exit_on_last,
+                                 exit_after_ckpt=exit_after_ckpt, interval=interval,
+                                 now=time.monotonic())
+    server = CoordinatorServer(machine, token, host=listen_host, port=coord_port,
+                               ckptdir=Path(ckptdir).resolve() if ckptdir else None,
+                               quiet=quiet or daemon)
+    return asyncio.run(_main(server, port_file, ready_fd, console_on=not daemon))
+
+
+async def _main(server: CoordinatorServer, port_file, ready_fd, console_on: bool) -> int:
+    try:
+        port = await server.start()
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            msg = f"port {server.port} is already in use (another coordinator?)"
+        else:
+            msg = f"cannot listen on {server.host}:{server.port}: {exc.strerror or exc}"
+        _report_ready(ready_fd, "error " + msg)
+        raise UserError(msg) from None
+    logs.setup(f"coordinator-{port}")
+    tf = token_file(port)
+    fd = os.open(tf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(server.token + "\n")
+    if port_file:
+        tmp = Path(str(port_file) + ".tmp")
+        tmp.write_text(f"{port}\n")
+        os.replace(tmp, port_file)
+    server.notice(f"listening on {server.host}:{port}, computation {server.machine.comp_id}")
+    _report_ready(ready_fd, f"ok {port}")
+    if console_on:
+        _start_console(server, asyncio.get_running_loop())
+    try:
+        await server.run_until_shutdown()
+    finally:
+        try:
+            if tf.read_text().strip() == server.token:
+                tf.unlink()
+        except OSError:
+            pass
+    return 0
+
+
+def _start_console(server: CoordinatorServer, loop: asyncio.AbstractEventLoop) -> None:
+    """Read console lines in a thread (stdin may be a tty, a pipe or a file)."""
+    def reader():
+        for line in sys.stdin:
+            loop.call_soon_threadsafe(_console_line, server, line)
+
+    def _console_line(srv, line):
+        text = console.handle(line, srv)
+        if text:
+            print(text, flush=True)
+
+    threading.Thread(target=reader, daemon=True, name="console").start()
+
+
+def _daemonize() -> int:
+    """Fork into the background; the foreground parent exits once the
+    daemon listens (or reports its error), so callers can rely on it."""
+    rfd, wfd = os.pipe()
+    if os.fork() > 0:
+        os.close(wfd)
+        with os.fdopen(rfd) as r:
+            status = r.read().strip()
+        if status.startswith("ok"):
+            os._exit(0)
+        print(f"dmtcp-coordinator: error: {status[6:] or 'failed to start'}", file=sys.stderr)
+        os._exit(1)
+    os.close(rfd)
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+    return wfd
+
+
+def _report_ready(fd, status: str) -> None:
+    if fd is not None:
+        os.write(fd, status.encode())
+        os.close(fd)
+
+
+def main() -> None:
+    run("dmtcp-coordinator", cli)
+
+
+if __name__ == "__main__":
+    main()

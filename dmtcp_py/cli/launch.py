@@ -1,0 +1,76 @@
+"""dmtcp-launch: run a program under checkpoint control."""
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import uuid
+
+import click
+
+from dmtcp_py import __version__, logs
+from dmtcp_py.agent.runner import Agent, AgentConfig
+from dmtcp_py.cli.common import (CONTEXT, coord_host_option, coord_port_option, default_ckptdir,
+                                 ensure_coordinator, exit_code, run)
+from dmtcp_py.client import resolve_token
+from dmtcp_py.errors import UserError
+from dmtcp_py.paths import shim_library
+
+
+class ProgramNotFound(UserError):
+    exit_code = 127
+
+
+def resolve_program(prog: str) -> str:
+    if "/" in prog:
+        if not os.path.exists(prog):
+            raise ProgramNotFound(f"program '{prog}' does not exist")
+        if os.path.isdir(prog) or not os.access(prog, os.X_OK):
+            raise ProgramNotFound(f"program '{prog}' is not executable")
+        return os.path.abspath(prog)
+    found = shutil.which(prog)
+    if not found:
+        raise ProgramNotFound(f"program '{prog}' not found in PATH")
+    return found
+
+
+@click.command(context_settings={**CONTEXT, "allow_interspersed_args": False})
+@coord_host_option
+@coord_port_option
+@click.option("-j", "--join", is_flag=True, help="Join an existing coordinator; never start one.")
+@click.option("--new-coordinator", is_flag=True,
+              help="Start a new coordinator on the port; fail if one is there.")
+@click.option("--ckptdir", metavar="DIR",
+              help="Where this tree's images go [env DMTCP_CHECKPOINT_DIR; default: cwd].")
+@click.option("-i", "--interval", type=click.FloatRange(min=0), default=None,
+              envvar="DMTCP_CHECKPOINT_INTERVAL", metavar="SECONDS",
+              help="Checkpoint interval of a coordinator started here.")
+@click.version_option(__version__, "--version")
+@click.argument("program")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def cli(coord_host, coord_port, join, new_coordinator, ckptdir, interval, program, args):
+    """Run PROGRAM with ARGS under checkpoint control.
+
+    Starts a coordinator on this host when none answers (unless --join).
+    Exits with PROGRAM's exit status.
+    """
+    path = resolve_program(program)
+    if not shim_library().exists():
+        raise UserError(f"the shim {shim_library()} is not built (run `make setup`)")
+    ckpt = default_ckptdir(ckptdir)
+    port = ensure_coordinator(coord_host, coord_port, join=join, new=new_coordinator,
+                              interval=interval)
+    tree_id = uuid.uuid4().hex[:12]
+    logs.setup(f"agent-{tree_id}")
+    cfg = AgentConfig(coord_host=coord_host, coord_port=port, token=resolve_token(port),
+                      ckptdir=ckpt, tree_id=tree_id, program=os.path.basename(program),
+                      argv=[program, *args], path=path)
+    return exit_code(asyncio.run(Agent(cfg).run()))
+
+
+def main() -> None:
+    run("dmtcp-launch", cli)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""dmtcp-restart: bring checkpointed trees back."""
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from dmtcp_py import __version__, logs
+from dmtcp_py.agent.runner import Agent, AgentConfig
+from dmtcp_py.cli.common import (CONTEXT, coord_host_option, coord_port_option, ensure_coordinator,
+                                 exit_code, run)
+from dmtcp_py.client import resolve_token
+from dmtcp_py.errors import UserError
+from dmtcp_py.images import manifest
+
+
+@click.command(context_settings=CONTEXT)
+@coord_host_option
+@coord_port_option
+@click.option("-j", "--join", is_flag=True, help="Join an existing coordinator; never start one.")
+@click.option("--new-coordinator", is_flag=True,
+              help="Start a new coordinator on the port; fail if one is there.")
+@click.option("--ckptdir", metavar="DIR",
+              help="Where the next checkpoints go [default: next to each image].")
+@click.version_option(__version__, "--version")
+@click.argument("images", nargs=-1, required=True, metavar="IMAGE...")
+def cli(coord_host, coord_port, join, new_coordinator, ckptdir, images):
+    """Restart the trees in the ckpt_*.dmtcp IMAGEs of one computation."""
+    loaded = [(Path(i).resolve(), manifest.load(Path(i))) for i in images]
+    comps = {m.comp_id for _, m in loaded}
+    if len(comps) > 1:
+        raise UserError("the images belong to different computations: " + ", ".join(sorted(comps)))
+    gens = {m.generation for _, m in loaded}
+    if len(gens) > 1:
+        raise UserError(f"the images are of different generations ({sorted(gens)}); "
+                        "restart one generation")
+    trees = {m.tree_id for _, m in loaded}
+    if len(trees) < len(loaded):
+        raise UserError("the same tree is given twice")
+    port = ensure_coordinator(coord_host, coord_port, join=join, new=new_coordinator)
+    token = resolve_token(port)
+
+    def config(image: Path, m: manifest.Manifest) -> AgentConfig:
+        return AgentConfig(coord_host=coord_host, coord_port=port, token=token,
+                           ckptdir=Path(ckptdir).resolve() if ckptdir else image.parent,
+                           tree_id=m.tree_id, program=m.program, argv=m.argv,
+                           image=image, manifest=m)
+
+    if len(loaded) == 1:
+        return _agent(config(*loaded[0]))
+    # one agent process per tree, each the parent of its own restored tree
+    children = []
+    for image, m in loaded:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = _agent(config(image, m))
+            except UserError as exc:
+                print(f"dmtcp-restart: error: {exc}", file=sys.stderr)
+            finally:
+                os._exit(code)
+        children.append(pid)
+    worst = 0
+    for pid in children:
+        _, status = os.waitpid(pid, 0)
+        code = exit_code(os.waitstatus_to_exitcode(status))
+        worst = worst or code
+    return worst
+
+
+def _agent(cfg: AgentConfig) -> int:
+    logs.setup(f"agent-{cfg.tree_id}-restart-{os.getpid()}")
+    return exit_code(asyncio.run(Agent(cfg).run()))
+
+
+def main() -> None:
+    run("dmtcp-restart", cli)
+
+
+if __name__ == "__main__":
+    main()

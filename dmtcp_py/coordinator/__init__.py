@@ -1,0 +1,1 @@
+"""The coordinator: one per computation, drives the global barriers."""

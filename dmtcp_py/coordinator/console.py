@@ -1,0 +1,57 @@
+"""The coordinator's console: one-letter commands on stdin, as in DMTCP."""
+from __future__ import annotations
+
+import time
+
+HELP = """Commands:
+  l : list the connected trees (host, pid, program, state)
+  s : status
+  c : checkpoint now
+  i N : checkpoint every N seconds (0 disables)
+  k : kill the computation
+  q : kill the computation and quit
+  h, ? : this help"""
+
+
+def handle(line: str, server) -> str | None:
+    """Run one console line against the server; return text to print."""
+    words = line.split()
+    if not words:
+        return None
+    cmd, args = words[0], words[1:]
+    m = server.machine
+    now = time.monotonic()
+    if cmd in ("h", "?"):
+        return HELP
+    if cmd == "s":
+        st = m.status()
+        return (f"Status: computation {st['comp_id']}, port {server.port}\n"
+                f"  NUM_PEERS={st['num_peers']}\n  RUNNING={'yes' if st['running'] else 'no'}\n"
+                f"  GENERATION={st['generation']}\n  CKPT_INTERVAL={st['checkpoint_interval']:g}")
+    if cmd == "l":
+        rows = m.listing()
+        if not rows:
+            return "no trees connected"
+        out = []
+        for r in rows:
+            out.append(f"{r['host']}  agent {r['agent_pid']}  {r['program']}  {r['state']}  "
+                       f"{r['peers']} processes")
+            out += [f"    pid {pid}  {name}" for pid, name in r["procs"]]
+        return "\n".join(out)
+    if cmd == "c":
+        server.apply(m.request_checkpoint(None, now))
+        return None
+    if cmd == "i":
+        try:
+            seconds = float(args[0])
+        except (IndexError, ValueError):
+            return "usage: i SECONDS"
+        server.apply(m.set_interval(None, seconds, now))
+        return f"checkpoint interval: {m.interval:g} s" + (" (disabled)" if not m.interval else "")
+    if cmd == "k":
+        server.apply(m.kill(None))
+        return "killing the computation"
+    if cmd == "q":
+        server.apply(m.quit(None))
+        return None
+    return f"unknown command {cmd!r}; h for help"

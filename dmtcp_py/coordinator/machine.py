@@ -1,0 +1,326 @@
+"""The coordinator's protocol machine: barriers, counts, restart rounds.
+
+No I/O and no clock: the asyncio server feeds events in (with the current
+time as a number) and carries out the actions that come back.  This keeps
+every decision testable with many simulated agents in memory.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dmtcp_py.protocol import messages
+from dmtcp_py.protocol.states import State, next_state
+
+
+# ---- actions the server carries out -------------------------------------
+
+@dataclass(frozen=True)
+class SendAgent:
+    agent_id: int
+    message: dict
+
+
+@dataclass(frozen=True)
+class ReplyClient:
+    client_id: int
+    message: dict
+
+
+@dataclass(frozen=True)
+class GenerationComplete:
+    """Every tree's images of this generation are published: write the
+    restart script."""
+    generation: int
+    images: tuple[dict, ...]
+
+
+@dataclass(frozen=True)
+class Notice:
+    text: str
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    reason: str
+
+
+# ---- state ----------------------------------------------------------------
+
+@dataclass
+class Agent:
+    agent_id: int
+    host: str
+    pid: int
+    program: str
+    tree_id: str
+    state: State
+    peers: int = 0
+    procs: list = field(default_factory=list)
+
+    def label(self) -> str:
+        return f"{self.program}@{self.host} (agent pid {self.pid})"
+
+
+@dataclass
+class Round:
+    """One checkpoint, or one restart, going through the barriers."""
+    kind: str  # "checkpoint" or "restart"
+    generation: int
+    state: State  # the state whose barrier we are waiting on
+    started: float
+    participants: set[int] = field(default_factory=set)
+    reached: set[int] = field(default_factory=set)
+    expected: int = 0  # restart: trees that must join before the first barrier
+    stop: bool = False
+    waiters: list[int] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    images: dict[int, dict] = field(default_factory=dict)
+
+
+class CoordinatorMachine:
+    def __init__(self, comp_id: str, *, exit_on_last: bool = False,
+                 exit_after_ckpt: bool = False, interval: float = 0.0,
+                 now: float = 0.0) -> None:
+        self.comp_id = comp_id
+        self.exit_on_last = exit_on_last
+        self.exit_after_ckpt = exit_after_ckpt
+        self.agents: dict[int, Agent] = {}
+        self.generation = 0
+        self.round: Round | None = None
+        self.last_checkpoint: dict | None = None
+        self._ever_had_agents = False
+        self.interval = interval
+        self._next_interval = now + interval if interval > 0 else None
+
+    # ---- agents ----------------------------------------------------------
+
+    def agent_joined(self, agent_id: int, hello: dict, now: float) -> list:
+        """hello was validated by the server (token, version, role)."""
+        restart = bool(hello.get("restart"))
+        agent = Agent(agent_id, str(hello.get("host", "?")), int(hello.get("pid", 0)),
+                      str(hello.get("program", "?")), str(hello.get("tree_id", "?")),
+                      State.RESTARTING if restart else State.RUNNING)
+        actions: list = []
+        if restart:
+            refusal = self._admit_restart(agent, hello, now)
+            if refusal:
+                return [SendAgent(agent_id, messages.make("refused", error=refusal))]
+        self.agents[agent_id] = agent
+        self._ever_had_agents = True
+        actions.append(SendAgent(agent_id, messages.make(
+            "welcome", comp_id=self.comp_id, agent_id=agent_id, generation=self.generation)))
+        actions.append(Notice(f"{'restarting' if restart else 'joined'}: {agent.label()}"))
+        return actions
+
+    def _admit_restart(self, agent: Agent, hello: dict, now: float) -> str | None:
+        comp_id = str(hello.get("comp_id", ""))
+        generation = int(hello.get("generation", 0))
+        trees = int(hello.get("num_trees", 1))
+        rnd = self.round
+        if rnd is not None and rnd.kind == "restart" and self.comp_id == comp_id \
+                and rnd.generation == generation and rnd.state is State.CHECKPOINTED:
+            if agent.tree_id in {a.tree_id for a in self.agents.values()}:
+                return f"tree {agent.tree_id} is already being restarted"
+            rnd.participants.add(agent.agent_id)
+            return None
+        if self.agents or rnd is not None:
+            return (f"this coordinator is busy with computation {self.comp_id}; "
+                    "restart with --new-coordinator or another --coord-port")
+        self.comp_id = comp_id
+        self.generation = generation
+        self.round = Round("restart", generation, State.CHECKPOINTED, now,
+                           participants={agent.agent_id}, expected=max(trees, 1))
+        return None
+
+    def agent_left(self, agent_id: int, now: float) -> list:
+        agent = self.agents.pop(agent_id, None)
+        if agent is None:
+            return []
+        actions: list = [Notice(f"left: {agent.label()}")]
+        rnd = self.round
+        if rnd is not None and agent_id in rnd.participants:
+            rnd.participants.discard(agent_id)
+            rnd.reached.discard(agent_id)
+            if rnd.kind == "restart" and rnd.state is not State.RUNNING:
+                rnd.errors.append(f"{agent.label()} exited during restart")
+                actions += self._abort_restart(now)
+            elif rnd.state in (State.SUSPENDED, State.FD_LEADER_ELECTION,
+                               State.DRAINED, State.CHECKPOINTED) and not rnd.stop:
+                rnd.errors.append(f"{agent.label()} exited during the checkpoint")
+            if self.round is rnd:
+                actions += self._maybe_advance(now)
+        if not self.agents and self.round is None and self.exit_on_last and self._ever_had_agents:
+            actions.append(Shutdown("last process exited"))
+        return actions
+
+    def agent_message(self, agent_id: int, msg: dict, now: float) -> list:
+        agent = self.agents.get(agent_id)
+        if agent is None:
+            return []
+        if msg["type"] == "peers":
+            agent.peers = msg["count"]
+            agent.procs = msg["procs"]
+            return []
+        if msg["type"] == "reached":
+            return self._reached(agent, msg, now)
+        return [Notice(f"ignored {msg['type']!r} from {agent.label()}")]
+
+    def _reached(self, agent: Agent, msg: dict, now: float) -> list:
+        rnd = self.round
+        try:
+            state = State(msg["state"])
+        except ValueError:
+            return [Notice(f"{agent.label()} reported unknown state {msg['state']!r}")]
+        if rnd is None or agent.agent_id not in rnd.participants or state is not rnd.state:
+            return [Notice(f"{agent.label()} reported {state.value} out of turn")]
+        agent.state = state
+        rnd.reached.add(agent.agent_id)
+        if not msg["ok"]:
+            rnd.errors.append(f"{agent.label()}: {msg.get('error', 'failed')}")
+            if rnd.kind == "restart":
+                return self._abort_restart(now)
+        elif state is State.CHECKPOINTED and rnd.kind == "checkpoint":
+            rnd.images[agent.agent_id] = dict(msg.get("image") or {})
+        return self._maybe_advance(now)
+
+    # ---- commands ----------------------------------------------------------
+
+    def request_checkpoint(self, client_id: int | None, now: float, *,
+                           blocking: bool = False, stop: bool = False) -> list:
+        actions: list = []
+        if self.round is not None:
+            if self.round.kind == "restart":
+                return self._reply(client_id, False, error="a restart is in progress")
+            if blocking and client_id is not None:
+                self.round.waiters.append(client_id)
+                return []
+            return self._reply(client_id, True, note="a checkpoint is already in progress")
+        if not self.agents:
+            return self._reply(client_id, False, error="no processes to checkpoint")
+        stop = stop or self.exit_after_ckpt
+        rnd = Round("checkpoint", self.generation + 1, State.SUSPENDED, now,
+                    participants=set(self.agents), stop=stop)
+        self.round = rnd
+        if blocking and client_id is not None:
+            rnd.waiters.append(client_id)
+        elif client_id is not None:
+            actions += self._reply(client_id, True, generation=rnd.generation)
+        actions.append(Notice(f"checkpoint {rnd.generation}: {len(rnd.participants)} trees"))
+        actions += self._broadcast(rnd)
+        return actions
+
+    def kill(self, client_id: int | None) -> list:
+        actions = [SendAgent(a, messages.make("kill")) for a in self.agents]
+        actions += self._reply(client_id, True, killed=len(self.agents))
+        return actions
+
+    def quit(self, client_id: int | None) -> list:
+        return self.kill(client_id) + [Shutdown("quit requested")]
+
+    def set_interval(self, client_id: int | None, seconds: float, now: float) -> list:
+        self.interval = max(0.0, seconds)
+        self._next_interval = now + self.interval if self.interval > 0 else None
+        return self._reply(client_id, True, interval=self.interval)
+
+    def tick(self, now: float) -> list:
+        """Called periodically: interval checkpoints."""
+        if self._next_interval is not None and now >= self._next_interval:
+            self._next_interval = now + self.interval
+            if self.round is None and self.agents:
+                return self.request_checkpoint(None, now)
+        return []
+
+    def status(self) -> dict:
+        return {
+            "comp_id": self.comp_id,
+            "num_peers": sum(a.peers for a in self.agents.values()),
+            "num_trees": len(self.agents),
+            "running": bool(self.agents) and self.round is None,
+            "state": self.round.state.value if self.round else State.RUNNING.value,
+            "generation": self.generation,
+            "checkpoint_interval": self.interval,
+            "last_checkpoint": self.last_checkpoint,
+        }
+
+    def listing(self) -> list[dict]:
+        return [{"host": a.host, "agent_pid": a.pid, "program": a.program,
+                 "tree_id": a.tree_id, "state": a.state.value, "peers": a.peers,
+                 "procs": a.procs} for a in self.agents.values()]
+
+    # ---- barrier engine ------------------------------------------------------
+
+    def _broadcast(self, rnd: Round) -> list:
+        msg = messages.make("barrier", state=rnd.state.value, generation=rnd.generation,
+                            stop=rnd.stop, num_trees=len(rnd.participants))
+        return [SendAgent(a, msg) for a in sorted(rnd.participants)]
+
+    def _maybe_advance(self, now: float) -> list:
+        rnd = self.round
+        if rnd is None:
+            return []
+        if not rnd.participants:
+            return self._finish(now)
+        if not rnd.participants <= rnd.reached:
+            return []
+        if rnd.kind == "restart" and rnd.state is State.CHECKPOINTED \
+                and len(rnd.participants) < rnd.expected:
+            return []  # more trees of this computation still have to join
+        actions: list = []
+        if rnd.state is State.CHECKPOINTED and rnd.kind == "checkpoint":
+            if not rnd.errors and len(rnd.images) == len(rnd.participants):
+                actions.append(GenerationComplete(
+                    rnd.generation, tuple(rnd.images[a] for a in sorted(rnd.images))))
+            if rnd.stop:
+                # the trees were stopped by the dump; their agents exit now
+                return actions + self._finish(now)
+        if rnd.state is State.RUNNING:
+            return actions + self._finish(now)
+        rnd.state = next_state(rnd.state)
+        rnd.reached = set()
+        return actions + self._broadcast(rnd)
+
+    def _finish(self, now: float) -> list:
+        rnd = self.round
+        assert rnd is not None
+        self.round = None
+        ok = not rnd.errors and (rnd.kind == "restart" or bool(rnd.images))
+        info = {
+            "kind": rnd.kind,
+            "generation": rnd.generation,
+            "ok": ok,
+            "duration": round(now - rnd.started, 6),
+            "bytes": sum(int(i.get("bytes", 0)) for i in rnd.images.values()),
+            "trees": len(rnd.images) if rnd.kind == "checkpoint" else len(rnd.participants),
+            "error": "; ".join(rnd.errors) or None,
+        }
+        actions: list = []
+        if rnd.kind == "checkpoint":
+            self.last_checkpoint = info
+            if ok:
+                self.generation = rnd.generation
+            actions.append(Notice(f"checkpoint {rnd.generation} "
+                                  + ("done" if ok else f"FAILED: {info['error']}")
+                                  + f" in {info['duration']:.3f} s, {info['bytes']} bytes"))
+        else:
+            actions.append(Notice(f"restart of generation {rnd.generation} "
+                                  + ("done" if ok else f"FAILED: {info['error']}")))
+        for client in rnd.waiters:
+            actions.append(ReplyClient(client, messages.make("reply", **info)))
+        if rnd.kind == "checkpoint" and ok and self.exit_after_ckpt:
+            actions.append(Shutdown("exit after checkpoint"))
+        elif not self.agents and self.exit_on_last and self._ever_had_agents:
+            actions.append(Shutdown("last process exited"))
+        return actions
+
+    def _abort_restart(self, now: float) -> list:
+        """A restart that lost a tree cannot be consistent: stop the others."""
+        rnd = self.round
+        assert rnd is not None and rnd.kind == "restart"
+        actions = [SendAgent(a, messages.make("kill")) for a in sorted(rnd.participants)]
+        rnd.participants.clear()
+        return actions + self._finish(now)
+
+    def _reply(self, client_id: int | None, ok: bool, **fields) -> list:
+        if client_id is None:
+            return []
+        return [ReplyClient(client_id, messages.make("reply", ok=ok, **fields))]

@@ -1,0 +1,1 @@
+"""Checkpoint images: one directory per tree, with a manifest."""

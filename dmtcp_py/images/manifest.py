@@ -1,0 +1,82 @@
+"""manifest.json: what one tree's image holds, and the checks before restart.
+
+CRIU's image files record the processes; the manifest records what the
+restart needs beyond them (the agent socket name, stdio handed in from
+outside, how many shims to expect) and the size of every file, so that a
+truncated image is refused before CRIU touches it.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from dmtcp_py.errors import ImageError
+
+MANIFEST = "manifest.json"
+FORMAT = 1
+
+
+@dataclass
+class Manifest:
+    comp_id: str
+    tree_id: str
+    program: str
+    argv: list[str]
+    host: str
+    generation: int
+    time: float
+    root_pid: int
+    pids: list[int]
+    peers: int                  # shims connected at checkpoint time
+    agent_socket: str           # abstract name the shims reconnect to
+    num_trees: int              # trees in this generation of the computation
+    stdio: dict[str, dict]      # fd -> {"key": CRIU id, "kind": pipe|socket|tty|other}
+    external: list[str]         # CRIU --external ids given at dump
+    criu_version: str
+    files: dict[str, int] = field(default_factory=dict)  # name -> size
+    format: int = FORMAT
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.files.values())
+
+    def write(self, directory: Path) -> None:
+        path = directory / MANIFEST
+        with open(path, "w") as f:
+            json.dump(asdict(self), f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(path, 0o600)
+
+
+def load(directory: Path) -> Manifest:
+    """Read and check one image directory; ImageError says what is wrong."""
+    directory = Path(directory)
+    if not directory.exists():
+        raise ImageError(f"no checkpoint image at {directory}")
+    if not directory.is_dir():
+        raise ImageError(f"{directory} is not a checkpoint image (not a directory)")
+    path = directory / MANIFEST
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ImageError(f"{directory} is not a complete checkpoint image (no {MANIFEST})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ImageError(f"{path} is corrupt: {exc}") from None
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        raise ImageError(f"{path}: unknown manifest format")
+    try:
+        manifest = Manifest(**raw)
+    except TypeError as exc:
+        raise ImageError(f"{path} is corrupt: {exc}") from None
+    for name, size in manifest.files.items():
+        try:
+            actual = (directory / name).stat().st_size
+        except OSError:
+            raise ImageError(f"image {directory} is incomplete: {name} is missing") from None
+        if actual != size:
+            raise ImageError(f"image {directory} is truncated or damaged: {name} has "
+                             f"{actual} bytes, expected {size}")
+    return manifest

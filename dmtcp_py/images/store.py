@@ -1,0 +1,106 @@
+"""Atomic publication of generations in the checkpoint directory.
+
+A generation is written into a hidden partial directory, every file is
+fsynced, and only then does it take the image's name, by an atomic exchange
+with the previous generation (renameat2 RENAME_EXCHANGE).  At every instant
+`ckpt_<program>_<id>.dmtcp` is a complete generation; the previous one is
+kept beside it as `ckpt_<program>_<id>.dmtcp.gen-<N>`.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import shutil
+from pathlib import Path
+
+from dmtcp_py.images.manifest import MANIFEST
+
+KEEP_PREVIOUS = 1
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def image_name(program: str, tree_id: str) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in program) or "prog"
+    return f"ckpt_{safe}_{tree_id}.dmtcp"
+
+
+def make_partial(ckptdir: Path, name: str, generation: int) -> Path:
+    ckptdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    partial = ckptdir / f".{name}.partial-{generation}-{os.getpid()}"
+    if partial.exists():
+        shutil.rmtree(partial)
+    partial.mkdir(mode=0o700)
+    return partial
+
+
+def _fsync_path(path: Path, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _exchange(a: Path, b: Path) -> None:
+    if _libc.renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b),
+                       _RENAME_EXCHANGE) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), str(a))
+
+
+def _generation_of(directory: Path) -> int | None:
+    try:
+        return int(json.loads((directory / MANIFEST).read_text())["generation"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def file_sizes(partial: Path) -> dict[str, int]:
+    """Make every file 0600 and durable; return name -> size."""
+    sizes = {}
+    for entry in sorted(partial.iterdir()):
+        if entry.is_file() and entry.name != MANIFEST:
+            os.chmod(entry, 0o600)
+            _fsync_path(entry)
+            sizes[entry.name] = entry.stat().st_size
+    return sizes
+
+
+def publish(partial: Path, final: Path) -> None:
+    """Give partial (complete, manifest written) the name final, atomically."""
+    os.chmod(partial, 0o700)
+    _fsync_path(partial, directory=True)
+    parent = final.parent
+    if final.exists():
+        old_gen = _generation_of(final)
+        _exchange(partial, final)          # final is now the new generation
+        keep = parent / f"{final.name}.gen-{old_gen if old_gen is not None else 'old'}"
+        if keep.exists():
+            shutil.rmtree(keep)
+        os.rename(partial, keep)           # partial now holds the previous one
+        _prune(final)
+    else:
+        os.rename(partial, final)
+    _fsync_path(parent, directory=True)
+
+
+def _prune(final: Path) -> None:
+    kept = []
+    for entry in final.parent.glob(f"{final.name}.gen-*"):
+        suffix = entry.name.rsplit("-", 1)[-1]
+        kept.append((int(suffix) if suffix.isdigit() else -1, entry))
+    kept.sort()
+    for _, entry in kept[:-KEEP_PREVIOUS] if KEEP_PREVIOUS else kept:
+        shutil.rmtree(entry, ignore_errors=True)
+
+
+def discard(partial: Path) -> None:
+    try:
+        shutil.rmtree(partial)
+    except OSError as exc:
+        if exc.errno != errno.ENOENT:
+            raise

@@ -1,0 +1,24 @@
+"""Per-process log files in the run directory; level from DMTCP_LOG_LEVEL."""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from dmtcp_py.paths import run_dir
+
+
+def setup(name: str) -> Path:
+    """Send this process's log records to <run_dir>/<name>.log."""
+    path = run_dir() / f"{name}.log"
+    level = os.environ.get("DMTCP_LOG_LEVEL", "INFO").upper()
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter(
+        "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(getattr(logging, level, logging.INFO))
+    os.chmod(path, 0o600)
+    return path

@@ -1,0 +1,46 @@
+"""Where things live: the per-user run directory, logs, tokens, the shim."""
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+from pathlib import Path
+
+DEFAULT_PORT = 7779
+
+
+def hostname() -> str:
+    return socket.gethostname()
+
+
+def run_dir() -> Path:
+    """$DMTCP_TMPDIR/dmtcp-<user>@<host>/, 0700: logs and tokens."""
+    base = Path(os.environ.get("DMTCP_TMPDIR") or "/tmp")
+    path = base / f"dmtcp-{getpass.getuser()}@{hostname()}"
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+def token_file(port: int) -> Path:
+    return run_dir() / f"coordinator-{port}.token"
+
+
+def shim_library() -> Path:
+    """The LD_PRELOAD library: $DMTCP_HIJACK_LIB, else the one built in the
+    source tree next to this package (the project installs editable)."""
+    override = os.environ.get("DMTCP_HIJACK_LIB")
+    if override:
+        return Path(override)
+    return Path(__file__).resolve().parent.parent / "hijack" / "build" / "libdmtcphijack.so"
+
+
+def criu_binary() -> str:
+    return os.environ.get("DMTCP_CRIU") or "/usr/local/sbin/criu"
+
+
+def tool(name: str) -> str:
+    """Absolute path of one of our console scripts, for scripts we write."""
+    import sys
+    candidate = Path(sys.executable).parent / name
+    return str(candidate) if candidate.exists() else name

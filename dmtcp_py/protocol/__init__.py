@@ -1,0 +1,1 @@
+"""Wire protocol and checkpoint states shared by coordinator and agents."""

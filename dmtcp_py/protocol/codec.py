@@ -1,0 +1,50 @@
+"""Framing of coordinator messages: 4-byte big-endian length + JSON object.
+
+Bytes in, messages out; no sockets, no asyncio.  Anything malformed raises
+FrameError, and the caller closes that one connection.
+"""
+from __future__ import annotations
+
+import json
+import struct
+
+MAX_FRAME = 1 << 20  # no legitimate message comes close to 1 MiB
+_HEADER = struct.Struct(">I")
+
+
+class FrameError(ValueError):
+    """A frame that cannot be a message of ours."""
+
+
+def encode(message: dict) -> bytes:
+    body = json.dumps(message, separators=(",", ":")).encode()
+    if len(body) > MAX_FRAME:
+        raise FrameError(f"message of {len(body)} bytes exceeds {MAX_FRAME}")
+    return _HEADER.pack(len(body)) + body
+
+
+class Decoder:
+    """Accumulates bytes and yields complete messages."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[dict]:
+        self._buf += data
+        out = []
+        while len(self._buf) >= _HEADER.size:
+            (length,) = _HEADER.unpack_from(self._buf)
+            if length == 0 or length > MAX_FRAME:
+                raise FrameError(f"bad frame length {length}")
+            if len(self._buf) < _HEADER.size + length:
+                break
+            body = bytes(self._buf[_HEADER.size:_HEADER.size + length])
+            del self._buf[:_HEADER.size + length]
+            try:
+                message = json.loads(body)
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise FrameError(f"bad JSON: {exc}") from None
+            if not isinstance(message, dict):
+                raise FrameError("message is not a JSON object")
+            out.append(message)
+        return out

@@ -1,0 +1,48 @@
+/*
+ * The records exchanged between the shim's checkpoint thread and its agent
+ * over a Unix stream socket.  Fixed size, native byte order (both ends are
+ * on the same host), so neither side needs a parser.
+ *
+ * Conversation, as the agent drives it:
+ *   shim  -> HELLO            after every (re)connect
+ *   agent -> SUSPEND          shim answers SUSPENDED
+ *   agent -> CHECKPOINT       shim answers READY, closes, and keeps trying
+ *                             to reconnect (CRIU must see no fd that leads
+ *                             outside the tree while it dumps)
+ *   agent -> RESUME           shim answers RESUMED
+ *
+ * The Python side mirrors this layout in dmtcp_py/agent/shimlink.py.
+ */
+#ifndef DMTCP_RECORD_H
+#define DMTCP_RECORD_H
+
+#include <stdint.h>
+
+#define DMTCP_RECORD_MAGIC 0x444d5443u /* "DMTC" */
+#define DMTCP_RECORD_VERSION 1
+
+/* Environment: the agent's socket ("@name" means the abstract namespace). */
+#define DMTCP_ENV_AGENT_SOCK "DMTCP_AGENT_SOCK"
+
+enum dmtcp_record_type {
+    DMTCP_REC_HELLO = 1,
+    DMTCP_REC_SUSPEND = 2,
+    DMTCP_REC_SUSPENDED = 3,
+    DMTCP_REC_CHECKPOINT = 4,
+    DMTCP_REC_READY = 5,
+    DMTCP_REC_RESUME = 6,
+    DMTCP_REC_RESUMED = 7,
+};
+
+struct dmtcp_record {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t type;
+    int32_t pid;  /* sender's pid as it sees itself */
+    int32_t ppid;
+    uint64_t arg;
+};
+
+_Static_assert(sizeof(struct dmtcp_record) == 24, "record layout is part of the protocol");
+
+#endif

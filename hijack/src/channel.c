@@ -1,0 +1,130 @@
+/*
+ * The agent link.  Everything here is a raw system call on memory that is
+ * static: the checkpoint thread may run while other threads hold malloc's
+ * or stdio's locks.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+static struct sockaddr_un agent_addr;
+static socklen_t agent_addr_len;
+
+int channel_set_address(const char *env_value)
+{
+    size_t n;
+    int abstract = 0;
+
+    if (env_value == NULL || env_value[0] == '\0')
+        return -1;
+    if (env_value[0] == '@') {
+        abstract = 1;
+        env_value++;
+    }
+    n = strlen(env_value);
+    if (n + 1 >= sizeof(agent_addr.sun_path))
+        return -1;
+    memset(&agent_addr, 0, sizeof(agent_addr));
+    agent_addr.sun_family = AF_UNIX;
+    memcpy(agent_addr.sun_path + abstract, env_value, n);
+    agent_addr_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + abstract + n
+                                 + (abstract ? 0 : 1));
+    return 0;
+}
+
+/* Move fd to the top of the table, close-on-exec. */
+static int protect_fd(int fd)
+{
+    struct rlimit rl;
+    long base = 1024 - DMTCP_FD_HEADROOM;
+    int high;
+
+    if (syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, NULL, &rl) == 0
+        && rl.rlim_cur != RLIM_INFINITY && (long)rl.rlim_cur > DMTCP_FD_HEADROOM
+        && (long)rl.rlim_cur < base + DMTCP_FD_HEADROOM)
+        base = (long)rl.rlim_cur - DMTCP_FD_HEADROOM;
+    high = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, base);
+    if (high < 0)
+        return fd; /* keep the low fd rather than fail */
+    syscall(SYS_close, fd);
+    return high;
+}
+
+int channel_connect(void)
+{
+    int fd = (int)syscall(SYS_socket, AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    if (fd < 0)
+        return -1;
+    if (syscall(SYS_connect, fd, &agent_addr, agent_addr_len) < 0) {
+        syscall(SYS_close, fd);
+        return -1;
+    }
+    return protect_fd(fd);
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+
+    while (len > 0) {
+        long n = syscall(SYS_sendto, fd, p, len, MSG_NOSIGNAL, NULL, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int channel_send(int fd, uint16_t type, uint64_t arg)
+{
+    struct dmtcp_record rec;
+
+    memset(&rec, 0, sizeof(rec));
+    rec.magic = DMTCP_RECORD_MAGIC;
+    rec.version = DMTCP_RECORD_VERSION;
+    rec.type = type;
+    rec.pid = (int32_t)syscall(SYS_getpid);
+    rec.ppid = (int32_t)syscall(SYS_getppid);
+    rec.arg = arg;
+    return write_all(fd, &rec, sizeof(rec));
+}
+
+/* 1 on a record, 0 on end of stream, -1 on error or a foreign record. */
+int channel_recv(int fd, struct dmtcp_record *rec)
+{
+    char *p = (char *)rec;
+    size_t got = 0;
+
+    while (got < sizeof(*rec)) {
+        long n = syscall(SYS_read, fd, p + got, sizeof(*rec) - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        if (n == 0)
+            return got == 0 ? 0 : -1;
+        got += (size_t)n;
+    }
+    if (rec->magic != DMTCP_RECORD_MAGIC || rec->version != DMTCP_RECORD_VERSION)
+        return -1;
+    return 1;
+}
+
+void channel_close(int fd)
+{
+    if (fd >= 0)
+        syscall(SYS_close, fd);
+}

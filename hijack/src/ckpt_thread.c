@@ -1,0 +1,127 @@
+/*
+ * One checkpoint thread per process.  It connects to the agent, says hello,
+ * and obeys.  On CHECKPOINT it answers READY, drops the connection and
+ * polls the agent's socket until it can connect again: after the dump when
+ * the process keeps running, or after CRIU restored it, possibly on another
+ * host, where the new agent listens on the same abstract name.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+static int agent_fd = -1;   /* this process's connection, -1 when none */
+static int shim_enabled;
+
+static void pause_ms(long ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+    /* nanosleep restarts transparently across a CRIU dump/restore */
+    while (syscall(SYS_nanosleep, &ts, &ts) < 0)
+        ;
+}
+
+static int connect_with_backoff(void)
+{
+    long waited = 0, step = 1;
+    int fd;
+
+    for (;;) {
+        fd = channel_connect();
+        if (fd >= 0)
+            return fd;
+        pause_ms(step);
+        waited += step;
+        /* fast while a dump or restore is likely to be finishing, then
+         * gently: an agent that is gone for good costs little */
+        step = waited < 10000 ? (step * 2 > 20 ? 20 : step * 2) : 200;
+    }
+}
+
+/* Serve one connection; returns when it is over. */
+static void serve(int fd)
+{
+    struct dmtcp_record rec;
+
+    agent_fd = fd;
+    if (channel_send(fd, DMTCP_REC_HELLO, 0) < 0)
+        goto out;
+    for (;;) {
+        if (channel_recv(fd, &rec) <= 0)
+            goto out;
+        switch (rec.type) {
+        case DMTCP_REC_SUSPEND:
+            if (channel_send(fd, DMTCP_REC_SUSPENDED, 0) < 0)
+                goto out;
+            break;
+        case DMTCP_REC_CHECKPOINT:
+            channel_send(fd, DMTCP_REC_READY, 0);
+            goto out;
+        case DMTCP_REC_RESUME:
+            if (channel_send(fd, DMTCP_REC_RESUMED, 0) < 0)
+                goto out;
+            break;
+        default:
+            break; /* newer agent: ignore what we do not know */
+        }
+    }
+out:
+    agent_fd = -1;
+    channel_close(fd);
+}
+
+static void *ckpt_thread_main(void *unused)
+{
+    sigset_t all;
+
+    (void)unused;
+    /* the program's signals are for the program's threads */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    prctl(PR_SET_NAME, "dmtcp_ckpt", 0, 0, 0);
+    for (;;)
+        serve(connect_with_backoff());
+    return NULL;
+}
+
+void ckpt_thread_start(void)
+{
+    pthread_t tid;
+    pthread_attr_t attr;
+
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 64 * 1024);
+    pthread_create(&tid, &attr, ckpt_thread_main, NULL);
+    pthread_attr_destroy(&attr);
+}
+
+/* In a forked child only the forking thread exists: the parent's
+ * connection is a copy that belongs to the parent, so drop it and give the
+ * child a checkpoint thread of its own. */
+static void atfork_child(void)
+{
+    if (!shim_enabled)
+        return;
+    if (agent_fd >= 0) {
+        channel_close(agent_fd);
+        agent_fd = -1;
+    }
+    ckpt_thread_start();
+}
+
+__attribute__((constructor)) static void dmtcp_shim_init(void)
+{
+    if (channel_set_address(getenv(DMTCP_ENV_AGENT_SOCK)) < 0)
+        return; /* not launched under an agent: stay inert */
+    shim_enabled = 1;
+    pthread_atfork(NULL, NULL, atfork_child);
+    ckpt_thread_start();
+}

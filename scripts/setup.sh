@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One-stop, idempotent set-up: apt packages, CRIU 4.2.1, the venv, the shim.
+# Quick when everything is already in place.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { echo "setup: $*" >&2; }
+[ "$(id -u)" = 0 ] || { echo "setup: error: run as root (CRIU needs it)" >&2; exit 1; }
+
+# Runtime and test packages (CRIU's own build deps are in install-criu.sh).
+PKGS="gcc make libc6-dev iproute2 procps"
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    log "installing:$missing"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+bash scripts/install-criu.sh
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    log "creating .venv"
+    "$PY" -m venv .venv
+fi
+stamp=.venv/.dmtcp-installed
+if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
+    log "installing dmtcp_py into .venv"
+    .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+    touch "$stamp"
+fi
+if ! .venv/bin/python -c 'import pycriu.rpc_pb2' 2>/dev/null; then
+    log "installing pycriu from the CRIU source"
+    .venv/bin/pip install -q --disable-pip-version-check /usr/local/src/criu-4.2.1/lib
+fi
+
+make -s -C hijack
