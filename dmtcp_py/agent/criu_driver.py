@@ -71,6 +71,10 @@ def dump(root_pid: int, images_dir: Path, log_path: Path, *, leave_running: bool
             os.close(fd)
 
 
+_OPEN_TIME_ONLY = (os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_TRUNC | os.O_NOCTTY
+                   | getattr(os, "O_TMPFILE", 0))
+
+
 def unpin_external_files(images_dir: Path) -> int:
     """Drop the recorded size of files declared external at dump.
 
@@ -89,9 +93,14 @@ def unpin_external_files(images_dir: Path) -> int:
         if not (reg and reg.get("ext")):
             continue
         reg.pop("size", None)
-        if reg.get("flags", 0) & os.O_ACCMODE != os.O_RDONLY:
-            reg["flags"] = reg.get("flags", 0) | os.O_APPEND
+        # CRIU reopens the handed-over fd through /proc/self/fd with these
+        # flags: open-time-only ones (say Python's tempfile's O_NOFOLLOW and
+        # O_EXCL) would fail on the magic link or truncate the new file
+        flags = reg.get("flags", 0) & ~_OPEN_TIME_ONLY
+        if flags & os.O_ACCMODE != os.O_RDONLY:
+            flags |= os.O_APPEND
             reg["pos"] = 0
+        reg["flags"] = flags
         changed += 1
     if changed:
         tmp = path.with_name(path.name + ".tmp")

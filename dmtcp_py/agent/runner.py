@@ -58,6 +58,7 @@ class Agent:
         self.expected_pids: set[int] = set()
         self.stopped_by_checkpoint = False
         self.busy = asyncio.Lock()
+        self.relays: list[stdio.FileRelay] = []
 
     # ---- entry -----------------------------------------------------------
 
@@ -88,6 +89,8 @@ class Agent:
         async with self.busy:  # let a reply to the coordinator go out first
             pass
         listener.cancel()
+        for relay in self.relays:
+            relay.stop()
         if self.writer:
             self.writer.close()
         if self.stopped_by_checkpoint:
@@ -178,20 +181,23 @@ class Agent:
     async def _restore(self) -> None:
         cfg, m = self.cfg, self.cfg.manifest
         assert m is not None and cfg.image is not None
-        inherit, opened = stdio.inherit_fds(m.stdio)
+        handover = stdio.prepare(m.stdio, run_dir())
         log_path = run_dir() / f"criu-restore-{m.tree_id}-{os.getpid()}.log"
+        loop = asyncio.get_running_loop()
+        self.relays = handover.relays
+        for relay in self.relays:
+            relay.start(loop)
         self.tree.hold_reaping = True
         try:
-            pid = await asyncio.get_running_loop().run_in_executor(
-                None, lambda: criu_driver.restore(cfg.image, log_path, inherit=inherit))
+            pid = await loop.run_in_executor(
+                None, lambda: criu_driver.restore(cfg.image, log_path, inherit=handover.pairs))
         except criu_driver.CriuError as exc:
             self._send(messages.make("reached", state=State.CHECKPOINTED.value, ok=False,
                                      error=str(exc)))
             raise UserError(str(exc)) from None
         finally:
             self.tree.hold_reaping = False
-            for fd in opened:
-                os.close(fd)
+            handover.close_after_restore()
         self.tree.adopt(pid)
         self.expected_pids = set(m.pids) if m.peers else set()
         log.info("restored %s (generation %d) as pid %d", cfg.image, m.generation, pid)
@@ -210,6 +216,7 @@ class Agent:
             return
         reply: dict = {}
         error = None
+        log.debug("barrier %s: %d processes connected", target.value, len(self.shims.shims))
         if target is State.SUSPENDED:
             stuck = await self.shims.request_all(shimlink.SUSPEND, shimlink.SUSPENDED, SHIM_TIMEOUT)
             if stuck:
@@ -230,6 +237,7 @@ class Agent:
         elif target is State.RUNNING:
             await self.shims.request_all(shimlink.RESUME, shimlink.RESUMED, SHIM_TIMEOUT)
         self.state = target
+        log.debug("reached %s%s", target.value, f" with error: {error}" if error else "")
         if error:
             reply["error"] = error
         self._send(messages.make("reached", state=target.value, ok=error is None, **reply))

@@ -52,34 +52,102 @@ def external_ids(stdio: dict[str, dict]) -> list[str]:
     return sorted({d["key"] for d in stdio.values() if d["kind"] in ("tty", "file")})
 
 
-def _usable(fd: int, kind: str) -> bool:
+def _kind_of(fd: int) -> str | None:
     try:
-        os.fstat(fd)
+        st = os.fstat(fd)
     except OSError:
-        return False
-    if kind == "tty":
-        return os.isatty(fd)
-    return True
+        return None
+    if stat.S_ISFIFO(st.st_mode):
+        return "pipe"
+    if stat.S_ISSOCK(st.st_mode):
+        return "socket"
+    if stat.S_ISCHR(st.st_mode) and os.isatty(fd):
+        return "tty"
+    if stat.S_ISREG(st.st_mode):
+        return "file"
+    return "other"
 
 
-def inherit_fds(stdio: dict[str, dict]) -> tuple[list[tuple[int, str]], list[int]]:
-    """(fd, key) pairs for CRIU's inherit_fd, and the fds opened for it (the
-    caller closes them after the restore).  Each is a duplicate above 2:
-    pycriu closes 0-2 in the criu child.  A recorded stream with no usable
+class Handover:
+    """What one restore hands to CRIU: (fd, key) pairs for inherit_fd, and
+    the relays for streams CRIU cannot take as they are."""
+
+    def __init__(self) -> None:
+        self.pairs: list[tuple[int, str]] = []
+        self.opened: list[int] = []     # closed once CRIU has them
+        self.relays: list[FileRelay] = []
+
+    def close_after_restore(self) -> None:
+        for fd in self.opened:
+            os.close(fd)
+        self.opened.clear()
+
+
+def prepare(stdio: dict[str, dict], relay_dir) -> Handover:
+    """Match the image's stdio with ours.  Each fd passed is a duplicate
+    above 2 (pycriu closes 0-2 in the criu child).  Pipes and sockets take
+    any fd; a terminal needs a terminal; a regular file must be reopened by
+    CRIU through /proc, so for an output that is a pipe or socket here the
+    tree gets a file that the agent relays to it.  A stream with no
     counterpart here goes to /dev/null."""
-    pairs: list[tuple[int, str]] = []
-    opened: list[int] = []
+    h = Handover()
     seen: set[str] = set()
     for fd_text, desc in sorted(stdio.items()):
         if desc["kind"] == "other" or desc["key"] in seen:
             continue
         seen.add(desc["key"])
         ours = int(fd_text)
-        if _usable(ours, desc["kind"]):
-            fd = os.dup(ours)
-        else:
+        kind = _kind_of(ours)
+        if kind is None or (desc["kind"] == "tty" and kind != "tty"):
             fd = os.open("/dev/null", os.O_RDWR)
+        elif desc["kind"] == "file" and kind not in ("file", "tty", "other"):
+            relay = FileRelay(relay_dir / f"stdio-{os.getpid()}-{ours}.out", ours)
+            h.relays.append(relay)
+            fd = relay.writer_fd()
+        else:
+            fd = os.dup(ours)
         os.set_inheritable(fd, True)
-        opened.append(fd)
-        pairs.append((fd, desc["key"]))
-    return pairs, opened
+        h.opened.append(fd)
+        h.pairs.append((fd, desc["key"]))
+    return h
+
+
+class FileRelay:
+    """A private temporary file the tree writes to and the agent tails into
+    one of its own fds.  A regular file, because CRIU reopens and seeks
+    regular-file entries (a FIFO cannot seek)."""
+
+    POLL = 0.05
+
+    def __init__(self, path, target_fd: int) -> None:
+        self.target = target_fd
+        self.read_fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        self._write_fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        os.unlink(path)  # the tree and we hold it open; nothing else should
+        self._handle = None
+
+    def writer_fd(self) -> int:
+        return self._write_fd
+
+    def start(self, loop) -> None:
+        self._handle = loop.call_later(self.POLL, self._pump, loop)
+
+    def _pump(self, loop) -> None:
+        self.drain()
+        self._handle = loop.call_later(self.POLL, self._pump, loop)
+
+    def drain(self) -> None:
+        while True:
+            data = os.read(self.read_fd, 1 << 16)
+            if not data:
+                return
+            try:
+                os.write(self.target, data)
+            except OSError:
+                pass  # our own output is gone; keep reading the tree's
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self.drain()
+        os.close(self.read_fd)

@@ -42,7 +42,8 @@ def make(type_: str, **fields) -> dict:
 
 
 def validate(message: dict) -> dict:
-    if message.get("v") != PROTOCOL_VERSION:
+    # exactly the int: JSON true and 1.0 compare equal to 1 in Python
+    if type(message.get("v")) is not int or message["v"] != PROTOCOL_VERSION:
         raise MessageError(f"protocol version {message.get('v')!r}, expected {PROTOCOL_VERSION}")
     type_ = message.get("type")
     schema = _SCHEMA.get(type_) if isinstance(type_, str) else None

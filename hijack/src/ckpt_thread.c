@@ -19,6 +19,15 @@
 static int agent_fd = -1;   /* this process's connection, -1 when none */
 static int shim_enabled;
 
+/*
+ * Held while the connection is being made or dropped, and across fork()
+ * (atfork prepare/parent).  Without it, a fork between socket() and the
+ * publication of agent_fd gives the child an unknown copy of the parent's
+ * connection: the agent then never sees that connection close.  Never held
+ * while the process is suspended for a checkpoint.
+ */
+static pthread_mutex_t conn_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static void pause_ms(long ms)
 {
     struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
@@ -34,7 +43,11 @@ static int connect_with_backoff(void)
     int fd;
 
     for (;;) {
+        pthread_mutex_lock(&conn_lock);
         fd = channel_connect();
+        if (fd >= 0)
+            agent_fd = fd;
+        pthread_mutex_unlock(&conn_lock);
         if (fd >= 0)
             return fd;
         pause_ms(step);
@@ -50,7 +63,6 @@ static void serve(int fd)
 {
     struct dmtcp_record rec;
 
-    agent_fd = fd;
     if (channel_send(fd, DMTCP_REC_HELLO, 0) < 0)
         goto out;
     for (;;) {
@@ -73,8 +85,10 @@ static void serve(int fd)
         }
     }
 out:
+    pthread_mutex_lock(&conn_lock);
     agent_fd = -1;
     channel_close(fd);
+    pthread_mutex_unlock(&conn_lock);
 }
 
 static void *ckpt_thread_main(void *unused)
@@ -106,8 +120,19 @@ void ckpt_thread_start(void)
 /* In a forked child only the forking thread exists: the parent's
  * connection is a copy that belongs to the parent, so drop it and give the
  * child a checkpoint thread of its own. */
+static void atfork_prepare(void)
+{
+    pthread_mutex_lock(&conn_lock);
+}
+
+static void atfork_parent(void)
+{
+    pthread_mutex_unlock(&conn_lock);
+}
+
 static void atfork_child(void)
 {
+    pthread_mutex_unlock(&conn_lock);
     if (!shim_enabled)
         return;
     if (agent_fd >= 0) {
@@ -122,6 +147,6 @@ __attribute__((constructor)) static void dmtcp_shim_init(void)
     if (channel_set_address(getenv(DMTCP_ENV_AGENT_SOCK)) < 0)
         return; /* not launched under an agent: stay inert */
     shim_enabled = 1;
-    pthread_atfork(NULL, NULL, atfork_child);
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     ckpt_thread_start();
 }

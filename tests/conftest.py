@@ -1,0 +1,52 @@
+"""Shared fixtures.  The pytest process becomes a child subreaper, so every
+process a test starts (coordinators daemonize, restored trees are orphaned
+by CRIU) stays our descendant and is killed by pid when the test ends."""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+import psutil
+import pytest
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def pytest_configure(config):
+    ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def kill_descendants() -> None:
+    """Kill and reap every process below this pytest process."""
+    me = psutil.Process()
+    procs = me.children(recursive=True)
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=5)
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+
+
+@pytest.fixture
+def no_strays():
+    yield
+    kill_descendants()
+
+
+def need_root():
+    if os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("the end-to-end tests need root (CRIU)")
+        pytest.skip("needs root (CRIU)")
+
+
+BIN = os.path.dirname(sys.executable)

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import kill_descendants, need_root
+from tests.e2e.harness import Computation
+
+PROGRAMS = Path(__file__).parent / "programs"
+EXAMPLES = Path(__file__).parent.parent.parent / "examples"
+
+
+@pytest.fixture(scope="session")
+def programs(tmp_path_factory) -> dict[str, list[str]]:
+    """Test programs, built once: name -> argv prefix."""
+    out = tmp_path_factory.mktemp("bin")
+    built = {}
+    for src in [*PROGRAMS.glob("*.c"), *EXAMPLES.glob("*.c")]:
+        exe = out / src.stem
+        subprocess.run(["cc", "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-pthread",
+                        "-o", str(exe), str(src)], check=True)
+        built[src.stem] = [str(exe)]
+    built["counter_py"] = ["python3", str(PROGRAMS / "counter.py")]
+    return built
+
+
+@pytest.fixture
+def comp(tmp_path):
+    need_root()
+    c = Computation(tmp_path)
+    try:
+        yield c
+    finally:
+        c.close()
+        kill_descendants()

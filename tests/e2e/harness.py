@@ -1,0 +1,113 @@
+"""Drive the real commands the way a user does, and read what they print."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from tests.conftest import BIN
+
+TIMEOUT = 60.0
+
+
+def tool(name: str) -> str:
+    return os.path.join(BIN, name)
+
+
+def wait_for(predicate, timeout: float = TIMEOUT, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def ticks(path: Path) -> list[list[str]]:
+    """The complete 'tick N ...' lines of an output file, split."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    lines = text.split("\n")[:-1]  # the last piece may be a partial line
+    return [ln.split() for ln in lines if ln.startswith(("tick ", "done "))]
+
+
+def last_tick(path: Path) -> int:
+    rows = [r for r in ticks(path) if r[0] == "tick"]
+    return int(rows[-1][1]) if rows else 0
+
+
+class Computation:
+    """One coordinator, its checkpoint directory, and what runs under it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.ckptdir = root / "ckpt"
+        self.ckptdir.mkdir()
+        port_file = root / "port"
+        self.coordinator = subprocess.Popen(
+            [tool("dmtcp-coordinator"), "--coord-port", "0", "--port-file", str(port_file),
+             "--ckptdir", str(self.ckptdir), "-q"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wait_for(port_file.exists, what="the coordinator's port file")
+        self.port = int(port_file.read_text())
+        self._runs = 0
+
+    def _outputs(self, label: str) -> tuple[Path, Path]:
+        self._runs += 1
+        return (self.root / f"{self._runs:02d}-{label}.out", self.root / f"{self._runs:02d}-{label}.err")
+
+    def _start(self, label: str, argv: list[str]) -> tuple[subprocess.Popen, Path]:
+        """Output goes to files named after the run; stderr beside it."""
+        out, err = self._outputs(label)
+        with open(out, "w") as o, open(err, "w") as e:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=o, stderr=e)
+        proc.err_path = err
+        return proc, out
+
+    def launch(self, *argv: str) -> tuple[subprocess.Popen, Path]:
+        return self._start("launch", [tool("dmtcp-launch"), "--join", "-p", str(self.port),
+                                      "--ckptdir", str(self.ckptdir), *argv])
+
+    def restart(self) -> tuple[subprocess.Popen, Path]:
+        """Run the generated restart script, as a user would."""
+        return self._start("restart", [str(self.ckptdir / "dmtcp_restart_script.sh"),
+                                       "--coord-port", str(self.port)])
+
+    def command(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        res = subprocess.run([tool("dmtcp-command"), "-p", str(self.port), *args],
+                             capture_output=True, text=True, timeout=TIMEOUT)
+        if check:
+            assert res.returncode == 0, f"dmtcp-command {args}: {res.stderr}"
+        return res
+
+    def status(self) -> dict:
+        return json.loads(self.command("-s", "--json").stdout)
+
+    def wait_peers(self, n: int) -> None:
+        wait_for(lambda: self.status()["num_peers"] >= n and self.status()["running"],
+                 what=f"{n} processes under control")
+
+    def checkpoint(self) -> str:
+        out = self.command("-bc").stdout
+        assert "done" in out
+        return out
+
+    def images(self) -> list[Path]:
+        return sorted(self.ckptdir.glob("ckpt_*.dmtcp"))
+
+    def kill_and_wait(self, proc: subprocess.Popen) -> int:
+        self.command("-k")
+        return proc.wait(timeout=TIMEOUT)
+
+    def close(self) -> None:
+        if self.coordinator.poll() is None:
+            self.coordinator.kill()
+            self.coordinator.wait()
+        if self.coordinator.stderr:
+            self.coordinator.stderr.close()

@@ -1,0 +1,122 @@
+"""Checkpoint while running, kill, restart: the program continues exactly
+where it was.  Real CRIU, real processes; the programs check themselves."""
+from __future__ import annotations
+
+import hashlib
+import subprocess
+
+import pytest
+
+from tests.e2e.harness import TIMEOUT, last_tick, ticks, wait_for
+
+TICKS, INTERVAL_MS = 150, 20
+
+
+def _single_hash(n: int) -> str:
+    h = 1
+    for i in range(1, n + 1):
+        h = (h * 6364136223846793005 + i) % (1 << 64)
+    return f"{h:x}"
+
+
+def _py_hash(n: int) -> str:
+    chain = b""
+    for i in range(1, n + 1):
+        chain = hashlib.sha256(chain + str(i).encode()).digest()
+    return chain.hex()[:16]
+
+
+# what the third column of "tick N X" must be, per program
+STATE_CHECK = {"counter_single": _single_hash, "counter_py": _py_hash}
+
+
+def checkpoint_and_kill(comp, proc, out, *, after: int = 10) -> tuple[int, int]:
+    """Checkpoint a running program, see it keep running, then kill it.
+    Returns (last tick before the checkpoint, last tick before the kill)."""
+    wait_for(lambda: last_tick(out) >= after, what=f"tick {after}")
+    before = last_tick(out)
+    comp.checkpoint()
+    resumed = last_tick(out)
+    wait_for(lambda: last_tick(out) >= resumed + 3, what="ticks after the checkpoint")
+    assert comp.kill_and_wait(proc) != 0
+    return before, last_tick(out)
+
+
+def assert_continues(out, before: int, killed: int, program: str, *, finished: bool = True):
+    rows = ticks(out)
+    assert rows, f"no output from the restarted program in {out}"
+    first = int(rows[0][1])
+    # the checkpointed counter is between the two; restarting from zero fails
+    assert before < first <= killed + 1, (before, first, killed)
+    numbers = [int(r[1]) for r in rows if r[0] == "tick"]
+    assert numbers == list(range(first, first + len(numbers))), "ticks lost or repeated"
+    check = STATE_CHECK.get(program)
+    if check:
+        for row in rows[:3] + rows[-3:]:
+            assert row[2] == check(int(row[1])), f"state differs at {row}"
+    if finished:
+        assert rows[-1][0] == "done"
+
+
+@pytest.mark.parametrize("program", ["counter_single", "counter_threads", "counter_py"])
+def test_checkpoint_kill_restart_continues(comp, programs, program):
+    proc, out = comp.launch(*programs[program], str(TICKS), str(INTERVAL_MS))
+    comp.wait_peers(1)
+    before, killed = checkpoint_and_kill(comp, proc, out)
+    assert len(comp.images()) == 1
+    restarted, rout = comp.restart()
+    assert restarted.wait(timeout=TIMEOUT) == 0, restarted.err_path.read_text()
+    assert_continues(rout, before, killed, program)
+
+
+def test_three_cycles_of_a_multiprocess_program(comp, programs):
+    proc, out = comp.launch(*programs["pipe_counter"], "400", str(INTERVAL_MS))
+    comp.wait_peers(2)
+    for cycle in range(3):
+        before, killed = checkpoint_and_kill(comp, proc, out, after=last_tick(out) + 5)
+        proc, out = comp.restart()
+        comp.wait_peers(2)  # parent and child are counted again
+        wait_for(lambda: ticks(out), what=f"output after restart {cycle + 1}")
+        assert_continues(out, before, killed, "pipe_counter", finished=False)
+        assert comp.status()["generation"] == cycle + 1
+    assert proc.wait(timeout=TIMEOUT) == 0, proc.err_path.read_text()
+    assert ticks(out)[-1] == ["done", "400"]
+
+
+def test_restart_same_images_twice(comp, programs):
+    proc, out = comp.launch(*programs["counter_single"], "60", str(INTERVAL_MS))
+    comp.wait_peers(1)
+    before, killed = checkpoint_and_kill(comp, proc, out)
+    runs = []
+    for _ in range(2):
+        restarted, rout = comp.restart()
+        assert restarted.wait(timeout=TIMEOUT) == 0, restarted.err_path.read_text()
+        assert_continues(rout, before, killed, "counter_single")
+        runs.append(ticks(rout))
+    assert runs[0] == runs[1]  # same images, same continuation
+
+
+def test_output_through_pipes(comp, programs):
+    """The restored program writes into the restarting command's pipe."""
+    cmd = [*programs["counter_single"], "80", str(INTERVAL_MS)]
+    proc = subprocess.Popen([comp_tool("dmtcp-launch"), "--join", "-p", str(comp.port),
+                             "--ckptdir", str(comp.ckptdir), *cmd],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+    comp.wait_peers(1)
+    comp.checkpoint()
+    assert comp.kill_and_wait(proc) != 0
+    launched = proc.stdout.read().splitlines()
+    proc.stdout.close()
+    restarted = subprocess.run([str(comp.ckptdir / "dmtcp_restart_script.sh"), "-p", str(comp.port)],
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                               timeout=TIMEOUT)
+    assert restarted.returncode == 0, restarted.stderr
+    lines = restarted.stdout.splitlines()
+    assert lines[-1].startswith("done 80")
+    first = int(lines[0].split()[1])
+    assert 1 < first <= int(launched[-1].split()[1]) + 1
+
+
+def comp_tool(name: str) -> str:
+    from tests.e2e.harness import tool
+    return tool(name)
