@@ -145,11 +145,15 @@ class CoordinatorMachine:
                 rnd.errors.append(f"{agent.label()} exited during restart")
                 actions += self._abort_restart(now)
             elif rnd.state in (State.SUSPENDED, State.FD_LEADER_ELECTION,
-                               State.DRAINED, State.CHECKPOINTED) and not rnd.stop:
+                               State.DRAINED, State.CHECKPOINTED) \
+                    and not (rnd.stop and agent_id in rnd.images):
+                # with --stop an agent exits once its tree is dumped; before that it is lost
                 rnd.errors.append(f"{agent.label()} exited during the checkpoint")
             if self.round is rnd:
                 actions += self._maybe_advance(now)
-        if not self.agents and self.round is None and self.exit_on_last and self._ever_had_agents:
+        # (_finish above may already have shut down for the last agent)
+        if not self.agents and self.round is None and self.exit_on_last and self._ever_had_agents \
+                and not any(isinstance(a, Shutdown) for a in actions):
             actions.append(Shutdown("last process exited"))
         return actions
 
@@ -267,7 +271,8 @@ class CoordinatorMachine:
             return []  # more trees of this computation still have to join
         actions: list = []
         if rnd.state is State.CHECKPOINTED and rnd.kind == "checkpoint":
-            if not rnd.errors and len(rnd.images) == len(rnd.participants):
+            # participants that left after their dump (--stop) keep their image here
+            if not rnd.errors and rnd.participants <= rnd.images.keys():
                 actions.append(GenerationComplete(
                     rnd.generation, tuple(rnd.images[a] for a in sorted(rnd.images))))
             if rnd.stop:

@@ -1,0 +1,509 @@
+#!/usr/bin/env python3
+"""Checkpoint/restart benchmark: dmtcp_py against raw CRIU and dd, in one run.
+
+For a process holding SIZE MiB of touched, non-repeating memory it measures,
+each --runs times and interleaved (one round = every measurement once, so
+noise from other users of the machine hits all of them alike):
+
+  ours checkpoint   wall time of `dmtcp-command -bc` (leave-running)
+  ours restart      from starting `dmtcp-restart IMAGE` (it starts a new
+                    coordinator) until the coordinator reports the restored
+                    process under control and running
+  raw dump          `criu dump -t PID -D DIR --leave-running` of an identical
+                    process started directly (setsid, stdio on files)
+  raw restore       `criu restore -D DIR -d`
+  dd                SIZE MiB to the same directory, with and without
+                    conv=fdatasync
+
+Our images are fsynced before they are published, CRIU's are not; the table
+therefore also shows raw dump + fsync of its files, for a like-for-like view.
+
+Everything lives under /var/tmp/dmtcp-bench-<pid> (images, logs via
+DMTCP_TMPDIR, the test program) and is removed at the end, also on failure
+or Ctrl-C; only processes started here are killed, by pid.  Coordinators use
+ports 7950-7999.  Progress goes to stderr, the table to stdout.
+
+    .venv/bin/python scripts/bench_checkpoint.py [--size-mib 1024] [--runs 3]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from dmtcp_py.client import CoordinatorClient, coordinator_alive
+from dmtcp_py.errors import UserError
+from dmtcp_py.paths import criu_binary
+
+PORTS = range(7950, 8000)
+READY_TIMEOUT = 60.0        # the program filled its memory and is under control
+OP_TIMEOUT = 120.0          # one checkpoint, restart, dump, restore or dd
+EXIT_TIMEOUT = 20.0         # a process we stopped goes away
+POLL = 0.01
+TARGET_FACTOR, TARGET_SLACK = 1.1, 0.1
+BIN = Path(sys.executable).parent
+
+PROGRAM_C = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+uint64_t *volatile keep;    /* the buffer escapes: no store is optimised away */
+
+int main(int argc, char **argv)
+{
+    size_t words = strtoull(argc > 1 ? argv[1] : "64", NULL, 10) * (1 << 20) / 8;
+    uint64_t x = 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
+    uint64_t *buf = malloc(words * 8);
+    if (!buf) {
+        perror("malloc");
+        return 1;
+    }
+    for (size_t i = 0; i < words; i++) {    /* xorshift64: never 0 */
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        buf[i] = x;
+    }
+    keep = buf;
+    printf("ready\n");
+    fflush(stdout);
+    for (;;)
+        sleep(1);
+}
+"""
+
+
+class BenchError(Exception):
+    pass
+
+
+def progress(text: str) -> None:
+    print(f"bench: {text}", file=sys.stderr, flush=True)
+
+
+# ---- what the benchmark creates, and its removal ------------------------------
+
+@dataclass
+class Workspace:
+    base: Path
+    keep_logs: bool = False
+    children: list[subprocess.Popen] = field(default_factory=list)
+    adopted: list[psutil.Process] = field(default_factory=list)
+    ports: list[int] = field(default_factory=list)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.base / "run"
+
+    def create(self) -> None:
+        self.base.mkdir(mode=0o700)
+        self.run_dir.mkdir()
+        # logs, tokens and run files of every command we start go here
+        os.environ["DMTCP_TMPDIR"] = str(self.run_dir)
+
+    def spawn(self, argv: list[str], out: Path, **kw) -> subprocess.Popen:
+        """Start a process with stdin from /dev/null and stdout+stderr on a file."""
+        with open(out, "ab") as f:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f, stderr=f, **kw)
+        self.children.append(proc)
+        return proc
+
+    def adopt(self, pid: int) -> psutil.Process:
+        """Remember a process started here that is not our child (restored
+        by CRIU, or below an agent), to kill it at cleanup if still alive."""
+        proc = psutil.Process(pid)
+        self.adopted.append(proc)
+        return proc
+
+    def free_port(self) -> int:
+        for port in PORTS:
+            if port not in self.ports and _port_free(port):
+                self.ports.append(port)
+                return port
+        raise BenchError(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
+
+    def cleanup(self) -> None:
+        for port in self.ports:
+            if coordinator_alive("127.0.0.1", port):
+                subprocess.run([str(BIN / "dmtcp-command"), "-p", str(port), "-q"],
+                               capture_output=True, timeout=EXIT_TIMEOUT, check=False)
+        for proc in self.adopted:
+            _kill(proc)
+        for child in self.children:
+            if child.poll() is None:
+                child.kill()
+                child.wait(EXIT_TIMEOUT)
+        for port in self.ports:
+            if coordinator_alive("127.0.0.1", port):
+                progress(f"warning: a coordinator still answers on port {port}")
+        if self.keep_logs:
+            for entry in self.base.iterdir():
+                if entry != self.run_dir:
+                    _remove(entry)
+            progress(f"logs kept in {self.run_dir}")
+        else:
+            _remove(self.base)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return not coordinator_alive("127.0.0.1", port)
+
+
+def _kill(proc: psutil.Process) -> None:
+    try:
+        if proc.is_running():  # same pid and start time: still the one we adopted
+            proc.kill()
+            proc.wait(EXIT_TIMEOUT)
+    except psutil.NoSuchProcess:
+        pass
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+# ---- small tools ---------------------------------------------------------------
+
+def wait_until(predicate, what: str, timeout: float):
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise BenchError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(POLL)
+
+
+def run_checked(argv: list[str], timeout: float = OP_TIMEOUT) -> str:
+    """Run a command to completion; its stdout, or BenchError with its stderr."""
+    try:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"{' '.join(argv)}: no answer in {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        detail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:] or ["?"]
+        raise BenchError(f"{' '.join(argv)} exited with {proc.returncode}: {detail[0]}")
+    return proc.stdout
+
+
+def timed(fn, *args):
+    """(seconds, result) of one call."""
+    start = time.monotonic()
+    result = fn(*args)
+    return time.monotonic() - start, result
+
+
+def settle() -> None:
+    """Write back dirty pages left by the previous step (not timed), so no
+    measurement pays for another one's writeback."""
+    os.sync()
+
+
+def compile_program(workdir: Path) -> Path:
+    source, binary = workdir / "touch_mem.c", workdir / "touch_mem"
+    source.write_text(PROGRAM_C)
+    run_checked(["cc", "-O2", "-o", str(binary), str(source)])
+    return binary
+
+
+def printed_ready(out: Path) -> bool:
+    try:
+        return "ready" in out.read_text(errors="replace")
+    except FileNotFoundError:
+        return False
+
+
+def fsync_files(directory: Path) -> None:
+    for entry in directory.iterdir():
+        fd = os.open(entry, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+# ---- our side: coordinator, launch, checkpoint, restart -------------------------
+
+def coordinator_status(port: int) -> dict | None:
+    """The coordinator's status (what `dmtcp-command -s --json` prints), or
+    None while none answers.  In-process: polling through the CLI would add
+    its start-up time to what we measure."""
+    try:
+        with CoordinatorClient("127.0.0.1", port, timeout=5.0) as client:
+            return client.command("status")
+    except UserError:
+        return None
+
+
+def under_control(port: int) -> bool:
+    st = coordinator_status(port)
+    return bool(st and st["num_peers"] >= 1 and st["running"])
+
+
+def command(port: int, *flags: str) -> str:
+    return run_checked([str(BIN / "dmtcp-command"), "-p", str(port), *flags])
+
+
+def launch(ws: Workspace, program: Path, size_mib: int, ckptdir: Path) -> tuple[int, subprocess.Popen]:
+    port = ws.free_port()
+    out = ckptdir.parent / f"launch-{port}.out"
+    agent = ws.spawn([str(BIN / "dmtcp-launch"), "-p", str(port), "--ckptdir", str(ckptdir),
+                      str(program), str(size_mib)], out)
+    wait_until(lambda: printed_ready(out) and under_control(port),
+               "the launched program to be ready", READY_TIMEOUT)
+    adopt_descendants(ws, agent.pid)
+    return port, agent
+
+
+def adopt_descendants(ws: Workspace, pid: int) -> None:
+    for proc in psutil.Process(pid).children(recursive=True):
+        ws.adopt(proc.pid)
+
+
+def our_checkpoint(port: int) -> float:
+    """Checkpoint; return the duration the coordinator reports."""
+    out = command(port, "-bc")
+    match = re.search(r"done: .* ([0-9.]+) s", out)
+    if not match:
+        raise BenchError(f"unexpected answer to -bc: {out.strip()!r}")
+    return float(match.group(1))
+
+
+def stop_computation(port: int, agent: subprocess.Popen) -> None:
+    """Kill the computation; wait for its agent and its coordinator to go."""
+    command(port, "-k")
+    agent.wait(EXIT_TIMEOUT)
+    try:
+        wait_until(lambda: not coordinator_alive("127.0.0.1", port),
+                   f"the coordinator on port {port} to exit", EXIT_TIMEOUT / 4)
+    except BenchError:
+        command(port, "-q")
+
+
+def image_of(ckptdir: Path) -> Path:
+    images = [p for p in ckptdir.glob("ckpt_*.dmtcp") if p.is_dir()]
+    if len(images) != 1:
+        raise BenchError(f"expected one image in {ckptdir}, found {len(images)}")
+    return images[0]
+
+
+def our_restart(ws: Workspace, image: Path) -> tuple[int, subprocess.Popen]:
+    port = ws.free_port()
+    out = image.parent / f"restart-{port}.out"
+    agent = ws.spawn([str(BIN / "dmtcp-restart"), "-p", str(port), str(image)], out)
+
+    def restored() -> bool:
+        if agent.poll() is not None:
+            raise BenchError(f"dmtcp-restart exited with {agent.returncode} before the "
+                             f"program ran: {out.read_text(errors='replace').strip()}")
+        return under_control(port)
+
+    wait_until(restored, "the restored program to be under control", OP_TIMEOUT)
+    return port, agent
+
+
+# ---- raw CRIU ----------------------------------------------------------------------
+
+def start_direct(ws: Workspace, program: Path, size_mib: int, workdir: Path) -> subprocess.Popen:
+    """The same program outside our control, in its own session with no
+    terminal, so CRIU needs no --shell-job."""
+    out = workdir / "direct.out"
+    proc = ws.spawn([str(program), str(size_mib)], out, start_new_session=True)
+    wait_until(lambda: printed_ready(out), "the direct program to be ready", READY_TIMEOUT)
+    return proc
+
+
+def raw_dump(pid: int, images: Path) -> None:
+    images.mkdir()
+    run_checked([criu_binary(), "dump", "-t", str(pid), "-D", str(images), "--leave-running",
+                 "-o", "dump.log"])
+
+
+def raw_restore(images: Path) -> int:
+    pidfile = images / "restored.pid"
+    run_checked([criu_binary(), "restore", "-D", str(images), "-d", "-o", "restore.log",
+                 "--pidfile", str(pidfile)])
+    return int(pidfile.read_text())
+
+
+def dd(target: Path, size_mib: int, *conv: str) -> None:
+    run_checked(["dd", "if=/dev/zero", f"of={target}", "bs=1M", f"count={size_mib}", *conv])
+    target.unlink()
+
+
+# ---- one round: every measurement once ----------------------------------------------
+
+@dataclass
+class Samples:
+    values: dict[str, list[float]] = field(default_factory=dict)
+    image_bytes: int = 0
+
+    def add(self, key: str, seconds: float) -> None:
+        self.values.setdefault(key, []).append(seconds)
+
+
+def measure_ours(ws: Workspace, program: Path, size_mib: int, workdir: Path,
+                 samples: Samples) -> None:
+    ckptdir = workdir / "ckpt"
+    port, agent = launch(ws, program, size_mib, ckptdir)
+    samples.add("cli", timed(command, port, "-s")[0])
+    settle()
+    wall, reported = timed(our_checkpoint, port)
+    samples.add("ckpt", wall)
+    samples.add("ckpt_reported", reported)
+    progress(f"  ours: checkpoint {wall:.3f} s (coordinator says {reported:.3f} s)")
+    stop_computation(port, agent)
+    image = image_of(ckptdir)
+    samples.image_bytes = sum(f.stat().st_size for f in image.iterdir())
+    settle()
+    wall, (port, agent) = timed(our_restart, ws, image)
+    samples.add("restart", wall)
+    progress(f"  ours: restart {wall:.3f} s")
+    adopt_descendants(ws, agent.pid)
+    stop_computation(port, agent)
+
+
+def measure_raw(ws: Workspace, program: Path, size_mib: int, workdir: Path,
+                samples: Samples) -> None:
+    images = workdir / "raw"
+    direct = start_direct(ws, program, size_mib, workdir)
+    settle()
+    dump_s = timed(raw_dump, direct.pid, images)[0]
+    fsync_s = timed(fsync_files, images)[0]
+    samples.add("raw_dump", dump_s)
+    samples.add("raw_dump_fsync", dump_s + fsync_s)
+    progress(f"  raw:  dump {dump_s:.3f} s (+ fsync {fsync_s:.3f} s)")
+    direct.kill()        # the restored process takes the same pid
+    direct.wait(EXIT_TIMEOUT)
+    settle()
+    restore_s, pid = timed(raw_restore, images)
+    samples.add("raw_restore", restore_s)
+    progress(f"  raw:  restore {restore_s:.3f} s")
+    _kill(ws.adopt(pid))
+
+
+def measure_dd(size_mib: int, workdir: Path, samples: Samples) -> None:
+    for key, conv in (("dd", ()), ("dd_sync", ("conv=fdatasync",))):
+        settle()
+        seconds = timed(dd, workdir / "ddfile", size_mib, *conv)[0]
+        samples.add(key, seconds)
+        progress(f"  dd {' '.join(conv) or '(page cache)'}: {seconds:.3f} s")
+
+
+def one_round(ws: Workspace, program: Path, size_mib: int, index: int, samples: Samples) -> None:
+    workdir = ws.base / f"round-{index}"
+    workdir.mkdir()
+    progress(f"round {index}")
+    measure_ours(ws, program, size_mib, workdir, samples)
+    measure_raw(ws, program, size_mib, workdir, samples)
+    measure_dd(size_mib, workdir, samples)
+    _remove(workdir)     # keep at most one round's images on disk
+
+
+# ---- the table -------------------------------------------------------------------------
+
+ROWS = (
+    ("ckpt", "(a) ours: dmtcp-command -bc, wall"),
+    ("ckpt_reported", "    ours: -bc, duration the coordinator reports"),
+    ("cli", "    ours: dmtcp-command -s, wall (CLI start-up)"),
+    ("restart", "(b) ours: dmtcp-restart until under control"),
+    ("raw_dump", "(c) raw: criu dump --leave-running"),
+    ("raw_dump_fsync", "    raw: criu dump + fsync of its files"),
+    ("raw_restore", "(d) raw: criu restore -d"),
+    ("dd", "(e) dd bs=1M (page cache)"),
+    ("dd_sync", "(e) dd bs=1M conv=fdatasync"),
+)
+COMPARISONS = (
+    ("checkpoint", "ckpt", "raw_dump"),
+    ("checkpoint vs fsynced raw dump", "ckpt", "raw_dump_fsync"),
+    ("restart", "restart", "raw_restore"),
+)
+
+
+def table(samples: Samples, size_mib: int, runs: int) -> str:
+    lines = [f"{size_mib} MiB of touched memory, {runs} runs; images "
+             f"{samples.image_bytes / 2**20:.1f} MiB; seconds",
+             f"{'measurement':<50} {'median':>8} {'min':>8} {'max':>8} {'MiB/s':>8}"]
+    for key, label in ROWS:
+        vals = samples.values[key]
+        med = statistics.median(vals)
+        lines.append(f"{label:<50} {med:8.3f} {min(vals):8.3f} {max(vals):8.3f} "
+                     f"{size_mib / med:8.0f}")
+    lines.append("")
+    lines.append(f"target: ours <= {TARGET_FACTOR}x raw CRIU + {TARGET_SLACK} s (medians)")
+    for name, ours, raw in COMPARISONS:
+        o, r = (statistics.median(samples.values[k]) for k in (ours, raw))
+        limit = TARGET_FACTOR * r + TARGET_SLACK
+        verdict = "PASS" if o <= limit else "MISS"
+        lines.append(f"{name:<32} ours/raw {o / r:5.2f}x  {o:.3f} vs limit {limit:.3f}  {verdict}")
+    return "\n".join(lines)
+
+
+# ---- main ------------------------------------------------------------------------------
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--size-mib", type=int, default=1024, help="memory of the test process")
+    p.add_argument("--runs", type=int, default=3, help="rounds of measurements")
+    p.add_argument("--keep-logs", action="store_true",
+                   help="keep the agent, coordinator and CRIU logs (the run directory)")
+    args = p.parse_args()
+    if args.size_mib < 1 or args.runs < 1:
+        p.error("--size-mib and --runs must be at least 1")
+    return args
+
+
+def _terminate(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main() -> int:
+    args = parse_args()
+    if os.geteuid() != 0:
+        print("bench_checkpoint: error: run as root (CRIU needs it)", file=sys.stderr)
+        return 1
+    signal.signal(signal.SIGTERM, _terminate)
+    ws = Workspace(Path(f"/var/tmp/dmtcp-bench-{os.getpid()}"), keep_logs=args.keep_logs)
+    samples = Samples()
+    try:
+        ws.create()
+        program = compile_program(ws.base)
+        for index in range(1, args.runs + 1):
+            one_round(ws, program, args.size_mib, index, samples)
+    except BenchError as exc:
+        print(f"bench_checkpoint: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("bench_checkpoint: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        ws.cleanup()
+    print(table(samples, args.size_mib, args.runs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

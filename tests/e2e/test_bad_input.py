@@ -1,0 +1,130 @@
+"""Bad input: one clear line on stderr, a non-zero exit, no traceback, and
+nothing started or damaged."""
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+
+import pytest
+
+from tests.conftest import need_root
+from tests.e2e.harness import TIMEOUT, last_tick, tool, wait_for
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def one_line_error(argv: list[str], expect: str) -> subprocess.CompletedProcess:
+    res = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                         timeout=TIMEOUT)
+    assert res.returncode != 0, res
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert "Traceback" not in res.stderr
+    assert expect in lines[0], lines[0]
+    return res
+
+
+@pytest.fixture(scope="module")
+def good_image(tmp_path_factory, programs):
+    """A real checkpoint image of a small program, for damaging copies of."""
+    need_root()
+    from tests.conftest import kill_descendants
+    from tests.e2e.harness import Computation
+    comp = Computation(tmp_path_factory.mktemp("image"))
+    try:
+        proc, out = comp.launch(*programs["counter_single"], "100000", "20")
+        wait_for(lambda: last_tick(out) >= 3, what="the program to start")
+        comp.checkpoint()
+        comp.kill_and_wait(proc)
+        [image] = comp.images()
+        yield image
+    finally:
+        comp.close()
+        kill_descendants()
+
+
+def damaged_copy(image, tmp_path, damage) -> str:
+    copy = tmp_path / image.name
+    shutil.copytree(image, copy)
+    damage(copy)
+    return str(copy)
+
+
+def test_restart_missing_image(tmp_path, no_strays):
+    port = free_port()
+    one_line_error([tool("dmtcp-restart"), "-p", str(port), str(tmp_path / "ckpt_x_1.dmtcp")],
+                   "no checkpoint image")
+    assert not listening(port)  # nothing was started
+
+
+def _truncate_pages(copy):
+    pages = max(copy.glob("pages-*.img"), key=lambda p: p.stat().st_size)
+    with open(pages, "r+b") as f:
+        f.truncate(pages.stat().st_size // 2)
+
+
+def _corrupt_manifest(copy):
+    (copy / "manifest.json").write_text('{"format": 1, "comp_id": ')
+
+
+def _drop_manifest(copy):
+    (copy / "manifest.json").unlink()
+
+
+@pytest.mark.parametrize("damage, expect", [
+    (_truncate_pages, "truncated"),
+    (_corrupt_manifest, "corrupt"),
+    (_drop_manifest, "not a complete checkpoint image"),
+])
+def test_restart_damaged_image(good_image, tmp_path, no_strays, damage, expect):
+    port = free_port()
+    one_line_error([tool("dmtcp-restart"), "-p", str(port),
+                    damaged_copy(good_image, tmp_path, damage)], expect)
+    assert not listening(port)
+
+
+def test_launch_missing_program(no_strays):
+    port = free_port()
+    res = one_line_error([tool("dmtcp-launch"), "-p", str(port), "no-such-program-xyz"],
+                         "not found")
+    assert res.returncode == 127
+    assert not listening(port)
+
+
+def test_launch_join_without_coordinator(no_strays):
+    one_line_error([tool("dmtcp-launch"), "--join", "-p", str(free_port()), "true"],
+                   "no coordinator")
+
+
+def test_command_without_coordinator():
+    one_line_error([tool("dmtcp-command"), "-p", str(free_port()), "-s"], "no coordinator")
+
+
+def test_command_bad_port():
+    one_line_error([tool("dmtcp-command"), "-p", "notaport", "-s"], "coord-port")
+
+
+@pytest.mark.parametrize("daemon", [False, True])
+def test_coordinator_port_in_use(no_strays, daemon):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        argv = [tool("dmtcp-coordinator"), "-p", str(port), "-q"] + (["--daemon"] if daemon else [])
+        one_line_error(argv, "already in use")
+
+
+def test_checkpoint_with_nothing_to_checkpoint(comp):
+    one_line_error([tool("dmtcp-command"), "-p", str(comp.port), "-bc"], "no processes")
+    assert json.loads(comp.command("-s", "--json").stdout)["num_peers"] == 0

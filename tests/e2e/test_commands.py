@@ -1,0 +1,67 @@
+"""The commands as users drive them: status, launch starting its own
+coordinator, the console."""
+from __future__ import annotations
+
+import subprocess
+
+from tests.e2e.harness import TIMEOUT, last_tick, tool, wait_for
+from tests.e2e.test_bad_input import free_port, listening
+
+
+def test_status_lines(comp, programs):
+    proc, out = comp.launch(*programs["pipe_counter"], "100000", "20")
+    comp.wait_peers(2)
+    text = comp.command("-s").stdout.splitlines()
+    assert "NUM_PEERS=2" in text and "RUNNING=yes" in text
+    listing = comp.command("-l").stdout
+    assert "pipe_counter" in listing and "RUNNING" in listing
+    comp.kill_and_wait(proc)
+    wait_for(lambda: comp.status()["num_peers"] == 0, what="the computation to go")
+    assert "RUNNING=no" in comp.command("-s").stdout.splitlines()
+
+
+def test_launch_starts_a_coordinator_that_exits_with_the_program(tmp_path, programs, no_strays):
+    port = free_port()
+    out = tmp_path / "out"
+    with open(out, "w") as o:
+        proc = subprocess.Popen([tool("dmtcp-launch"), "-p", str(port), "--ckptdir", str(tmp_path),
+                                 *programs["counter_single"], "40", "20"],
+                                stdin=subprocess.DEVNULL, stdout=o, stderr=subprocess.PIPE)
+    wait_for(lambda: last_tick(out) >= 5, what="the program")
+    assert listening(port)
+    done = subprocess.run([tool("dmtcp-command"), "-p", str(port), "-bc"],
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    assert done.returncode == 0 and "checkpoint 1 done" in done.stdout, done.stderr
+    assert proc.wait(timeout=TIMEOUT) == 0
+    assert proc.stderr.read() == b""
+    proc.stderr.close()
+    assert out.read_text().splitlines()[-1].startswith("done 40")
+    wait_for(lambda: not listening(port), what="the coordinator to exit")
+    assert len(list(tmp_path.glob("ckpt_counter_single_*.dmtcp"))) == 1
+    assert (tmp_path / "dmtcp_restart_script.sh").exists()
+
+
+def test_console_commands(tmp_path, no_strays):
+    port_file = tmp_path / "console.port"
+    console = subprocess.Popen([tool("dmtcp-coordinator"), "-p", "0", "--port-file", str(port_file)],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    wait_for(port_file.exists, what="the console coordinator")
+    out, _ = console.communicate("s\nh\nbogus\nq\n", timeout=TIMEOUT)
+    assert "NUM_PEERS=0" in out
+    assert "c : checkpoint now" in out
+    assert "unknown command 'bogus'" in out
+    assert console.returncode == 0
+
+
+def test_kill_after_checkpoint_generation_kept(comp, programs):
+    """Two generations: the newest is the image, the previous is kept."""
+    proc, out = comp.launch(*programs["counter_single"], "100000", "20")
+    comp.wait_peers(1)
+    comp.checkpoint()
+    comp.checkpoint()
+    [image] = comp.images()
+    kept = list(comp.ckptdir.glob(image.name + ".gen-*"))
+    assert [k.name for k in kept] == [image.name + ".gen-1"]
+    assert oct(image.stat().st_mode & 0o777) == "0o700"
+    assert all(oct(f.stat().st_mode & 0o777) == "0o600" for f in image.iterdir())
+    comp.kill_and_wait(proc)

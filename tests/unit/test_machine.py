@@ -1,0 +1,733 @@
+"""The sans-IO coordinator, driven by many simulated agents in memory."""
+from __future__ import annotations
+
+import pytest
+
+from dmtcp_py.coordinator.machine import (CoordinatorMachine, GenerationComplete, Notice,
+                                          ReplyClient, SendAgent, Shutdown)
+from dmtcp_py.protocol import messages
+from dmtcp_py.protocol.states import State, next_state
+
+COMP = "comp-A"
+CLIENT = 9001
+OTHER_CLIENT = 9002
+# the barriers of one checkpoint, in order: (state reported, state released next)
+CHECKPOINT_STEPS = [
+    (State.SUSPENDED, State.FD_LEADER_ELECTION),
+    (State.FD_LEADER_ELECTION, State.DRAINED),
+    (State.DRAINED, State.CHECKPOINTED),
+    (State.CHECKPOINTED, State.REFILLED),
+    (State.REFILLED, State.RUNNING),
+]
+# the barriers during which a tree that goes away leaves no image behind
+UP_TO_THE_DUMP = [State.SUSPENDED, State.FD_LEADER_ELECTION, State.DRAINED, State.CHECKPOINTED]
+
+
+# ---- helpers -------------------------------------------------------------------
+
+def of_type(actions: list, cls: type) -> list:
+    return [a for a in actions if isinstance(a, cls)]
+
+
+def sent(actions: list, type_: str) -> list[SendAgent]:
+    return [a for a in of_type(actions, SendAgent) if a.message["type"] == type_]
+
+
+def image_of(agent_id: int) -> dict:
+    return {"path": f"/ckpt/ckpt_prog_t{agent_id}.dmtcp", "host": f"host{agent_id % 3}",
+            "tree_id": f"t{agent_id}", "bytes": 100 + agent_id}
+
+
+def assert_barrier(actions: list, state: State, ids, *, generation: int, stop: bool = False):
+    """actions release `state` to exactly `ids`, in id order, with one message each."""
+    barriers = sent(actions, "barrier")
+    assert [a.agent_id for a in barriers] == sorted(ids)
+    expected = {"v": messages.PROTOCOL_VERSION, "type": "barrier", "state": state.value,
+                "generation": generation, "stop": stop, "num_trees": len(ids)}
+    for action in barriers:
+        assert action.message == expected
+        messages.validate(action.message)
+
+
+def only_reply(log: list, client: int) -> dict:
+    replies = [a for a in of_type(log, ReplyClient) if a.client_id == client]
+    assert len(replies) == 1, replies
+    return messages.validate(replies[0].message)
+
+
+class Sim:
+    """One machine and the agents connected to it; every action is logged."""
+
+    def __init__(self, agents: int = 0, comp_id: str = COMP, now: float = 0.0, **options):
+        self.now = now
+        self.m = CoordinatorMachine(comp_id, now=now, **options)
+        self.log: list = []
+        self._next_id = 0
+        self.join(agents)
+
+    def _record(self, actions: list) -> list:
+        self.log += actions
+        return actions
+
+    def new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def hello(self, agent_id: int, **fields) -> dict:
+        base = {"host": f"host{agent_id % 3}", "pid": 1000 + agent_id, "program": "prog",
+                "tree_id": f"t{agent_id}"}
+        return messages.make("hello", role="agent", token="tok", **{**base, **fields})
+
+    def join_one(self, **fields) -> tuple[int, list]:
+        agent_id = self.new_id()
+        return agent_id, self._record(
+            self.m.agent_joined(agent_id, self.hello(agent_id, **fields), self.now))
+
+    def join(self, n: int = 1, **fields) -> list[int]:
+        ids = []
+        for _ in range(n):
+            agent_id, actions = self.join_one(**fields)
+            assert agent_id in self.m.agents, actions
+            ids.append(agent_id)
+        return ids
+
+    def restart_join(self, comp_id: str = "comp-OLD", generation: int = 4, num_trees: int = 1,
+                     **fields) -> tuple[int, list]:
+        return self.join_one(restart=True, comp_id=comp_id, generation=generation,
+                             num_trees=num_trees, **fields)
+
+    def leave(self, agent_id: int) -> list:
+        return self._record(self.m.agent_left(agent_id, self.now))
+
+    def send(self, agent_id: int, msg: dict) -> list:
+        return self._record(self.m.agent_message(agent_id, messages.validate(msg), self.now))
+
+    def report(self, agent_id: int, state: State, ok: bool = True, **extra) -> list:
+        return self.send(agent_id, messages.make("reached", state=state.value, ok=ok, **extra))
+
+    def step(self, state: State, ids=None, *, images: bool = True) -> list:
+        """Every agent in ids (default: the round's participants) reports state;
+        returns what the last report caused, after checking the others caused nothing."""
+        ids = sorted(self.m.round.participants if ids is None else ids)
+        results = []
+        for agent_id in ids:
+            extra = {"image": image_of(agent_id)} \
+                if images and state is State.CHECKPOINTED and self.m.round.kind == "checkpoint" \
+                else {}
+            results.append(self.report(agent_id, state, **extra))
+        assert all(r == [] for r in results[:-1]), "the barrier was released early"
+        return results[-1]
+
+    def checkpoint(self, client: int | None = CLIENT, **kw) -> list:
+        return self._record(self.m.request_checkpoint(client, self.now, **kw))
+
+    def advance_to(self, state: State | None) -> None:
+        """Let every participant report until the round waits on `state`
+        (None: until the round is over)."""
+        for _ in range(len(State)):
+            if self.m.round is None or self.m.round.state is state:
+                break
+            self.step(self.m.round.state)
+        assert (self.m.round.state if self.m.round else None) is state
+
+    def run_checkpoint(self, client: int | None = None, **kw) -> list:
+        """A whole, uneventful checkpoint; returns everything it caused."""
+        start = len(self.log)
+        self.checkpoint(client, **kw)
+        self.advance_to(None)
+        return self.log[start:]
+
+    def tick(self, now: float) -> list:
+        self.now = now
+        return self._record(self.m.tick(now))
+
+
+# ---- a checkpoint, start to finish --------------------------------------------
+
+@pytest.mark.parametrize("n", [1, 50, 1000])
+def test_blocking_checkpoint_through_every_barrier(n):
+    sim = Sim(n, now=10.0)
+    ids = sorted(sim.m.agents)
+    actions = sim.checkpoint(CLIENT, blocking=True)
+    assert of_type(actions, ReplyClient) == []
+    assert_barrier(actions, State.SUSPENDED, ids, generation=1)
+    assert sim.m.status()["state"] == "SUSPENDED"
+    assert not sim.m.status()["running"]
+    for reported, released in CHECKPOINT_STEPS:
+        sim.now += 0.5
+        actions = sim.step(reported)
+        assert_barrier(actions, released, ids, generation=1)
+        assert sim.m.status()["state"] == released.value
+        assert {row["state"] for row in sim.m.listing()} == {reported.value}
+        done = of_type(actions, GenerationComplete)
+        if reported is State.CHECKPOINTED:
+            assert done == [GenerationComplete(1, tuple(image_of(a) for a in ids))]
+            # the restart script is written before the trees are resumed
+            assert actions.index(done[0]) < actions.index(sent(actions, "barrier")[0])
+        else:
+            assert done == []
+        assert of_type(actions, ReplyClient) == []
+    sim.now = 13.25
+    actions = sim.step(State.RUNNING)
+    assert sent(actions, "barrier") == []
+    reply = only_reply(sim.log, CLIENT)
+    assert reply == {"v": 1, "type": "reply", "ok": True, "kind": "checkpoint", "generation": 1,
+                     "duration": 3.25, "bytes": sum(100 + a for a in ids), "trees": n,
+                     "error": None}
+    assert sim.m.generation == 1
+    assert sim.m.round is None
+    assert sim.m.last_checkpoint == {k: v for k, v in reply.items() if k not in ("v", "type")}
+    assert len(of_type(sim.log, GenerationComplete)) == 1
+    assert of_type(sim.log, Shutdown) == []
+    status = sim.m.status()
+    assert status["running"] and status["state"] == "RUNNING" and status["generation"] == 1
+    assert {row["state"] for row in sim.m.listing()} == {"RUNNING"}
+    assert any("checkpoint 1 done" in a.text for a in of_type(actions, Notice))
+
+
+def test_generation_increments_per_checkpoint():
+    sim = Sim(3)
+    for generation in (1, 2, 3):
+        assert_barrier(sim.checkpoint(CLIENT, blocking=True), State.SUSPENDED, [1, 2, 3],
+                       generation=generation)
+        sim.advance_to(None)
+        assert [g.generation for g in of_type(sim.log, GenerationComplete)][-1] == generation
+        assert sim.m.generation == generation
+    assert len(of_type(sim.log, ReplyClient)) == 3
+
+
+def test_non_blocking_request_is_answered_at_once():
+    sim = Sim(4)
+    actions = sim.checkpoint(CLIENT)
+    replies = of_type(actions, ReplyClient)
+    assert len(replies) == 1 and replies[0].client_id == CLIENT
+    assert replies[0].message == messages.make("reply", ok=True, generation=1)
+    assert actions.index(replies[0]) < actions.index(sent(actions, "barrier")[0])
+    sim.advance_to(None)
+    assert only_reply(sim.log, CLIENT)["generation"] == 1  # still just the one
+    assert sim.m.generation == 1
+
+
+@pytest.mark.parametrize("client", [CLIENT, None])
+def test_request_without_agents(client):
+    sim = Sim(0)
+    actions = sim.checkpoint(client, blocking=True)
+    assert sim.m.round is None
+    assert of_type(actions, SendAgent) == []
+    if client is None:
+        assert actions == []
+    else:
+        assert actions == [ReplyClient(client, messages.make(
+            "reply", ok=False, error="no processes to checkpoint"))]
+
+
+def test_second_blocking_request_joins_as_waiter():
+    sim = Sim(5)
+    sim.checkpoint(CLIENT, blocking=True)
+    assert sim.checkpoint(OTHER_CLIENT, blocking=True) == []
+    sim.advance_to(None)
+    first, second = only_reply(sim.log, CLIENT), only_reply(sim.log, OTHER_CLIENT)
+    assert first == second and first["ok"] and first["generation"] == 1
+    assert len(sent(sim.log, "barrier")) == 5 * 6  # one round, not two
+    assert sim.m.generation == 1
+
+
+def test_second_non_blocking_request_gets_a_note():
+    sim = Sim(2)
+    sim.checkpoint(CLIENT, blocking=True)
+    sim.step(State.SUSPENDED)
+    actions = sim.checkpoint(OTHER_CLIENT)
+    assert actions == [ReplyClient(OTHER_CLIENT, messages.make(
+        "reply", ok=True, note="a checkpoint is already in progress"))]
+    assert sim.m.round.state is State.FD_LEADER_ELECTION
+    assert sim.checkpoint(None) == []
+
+
+# ---- failures during a checkpoint ------------------------------------------------
+
+@pytest.mark.parametrize("n", [2, 50])
+@pytest.mark.parametrize("during", UP_TO_THE_DUMP)
+def test_agent_leaving_mid_barrier_fails_the_checkpoint(n, during):
+    sim = Sim(n)
+    sim.checkpoint(CLIENT, blocking=True)
+    sim.advance_to(during)
+    gone = n // 2 + 1
+    left = sim.leave(gone)
+    assert any("left" in a.text for a in of_type(left, Notice))
+    rest = sorted(set(range(1, n + 1)) - {gone})
+    while sim.m.round.state is not State.RUNNING:
+        actions = sim.step(sim.m.round.state)
+        assert_barrier(actions, sim.m.round.state, rest, generation=1)
+    sim.step(State.RUNNING)
+    assert of_type(sim.log, GenerationComplete) == []
+    reply = only_reply(sim.log, CLIENT)
+    assert reply["ok"] is False
+    assert "exited during the checkpoint" in reply["error"]
+    assert f"agent pid {1000 + gone}" in reply["error"]
+    assert sim.m.generation == 0
+    assert sim.m.last_checkpoint["ok"] is False
+    assert sim.m.status()["running"]
+
+
+def test_leaving_agent_that_was_the_last_one_awaited_releases_the_barrier():
+    sim = Sim(10)
+    sim.checkpoint(CLIENT, blocking=True)
+    for agent_id in range(1, 10):
+        assert sim.report(agent_id, State.SUSPENDED) == []
+    actions = sim.leave(10)
+    assert_barrier(actions, State.FD_LEADER_ELECTION, range(1, 10), generation=1)
+
+
+def test_agent_leaving_after_the_dump_is_not_an_error():
+    sim = Sim(3)
+    sim.checkpoint(CLIENT, blocking=True)
+    sim.advance_to(State.REFILLED)
+    assert len(of_type(sim.log, GenerationComplete)) == 1
+    sim.leave(2)
+    assert_barrier(sim.step(State.REFILLED), State.RUNNING, [1, 3], generation=1)
+    sim.step(State.RUNNING)
+    assert only_reply(sim.log, CLIENT)["ok"] is True
+    assert sim.m.generation == 1
+
+
+def test_agent_failing_at_checkpointed():
+    sim = Sim(20)
+    sim.checkpoint(CLIENT, blocking=True)
+    sim.advance_to(State.CHECKPOINTED)
+    for agent_id in range(1, 21):
+        if agent_id == 7:
+            actions = sim.report(7, State.CHECKPOINTED, ok=False, error="criu dump failed")
+        else:
+            actions = sim.report(agent_id, State.CHECKPOINTED, image=image_of(agent_id))
+    assert of_type(actions, GenerationComplete) == []
+    assert_barrier(actions, State.REFILLED, range(1, 21), generation=1)
+    assert_barrier(sim.step(State.REFILLED), State.RUNNING, range(1, 21), generation=1)
+    sim.step(State.RUNNING)
+    assert of_type(sim.log, GenerationComplete) == []
+    reply = only_reply(sim.log, CLIENT)
+    assert reply["ok"] is False and "criu dump failed" in reply["error"]
+    assert reply["trees"] == 19
+    assert sim.m.generation == 0
+    # the next attempt reuses the generation number
+    actions = sim.run_checkpoint()
+    assert [g.generation for g in of_type(actions, GenerationComplete)] == [1]
+    assert sim.m.generation == 1
+
+
+def test_failure_without_error_text():
+    sim = Sim(2)
+    sim.checkpoint(CLIENT, blocking=True)
+    sim.step(State.SUSPENDED)
+    sim.report(1, State.FD_LEADER_ELECTION, ok=False)
+    sim.report(2, State.FD_LEADER_ELECTION)
+    sim.advance_to(None)
+    assert of_type(sim.log, GenerationComplete) == []
+    assert only_reply(sim.log, CLIENT)["error"].endswith(": failed")
+
+
+def test_late_joiner_is_not_a_participant():
+    sim = Sim(5)
+    sim.checkpoint(CLIENT, blocking=True)
+    sim.step(State.SUSPENDED)
+    late, actions = sim.join_one()
+    assert sent(actions, "welcome")[0].message["generation"] == 0
+    assert sent(actions, "barrier") == []
+    # it may report whatever it likes: out of turn
+    notices = sim.report(late, State.FD_LEADER_ELECTION)
+    assert len(notices) == 1 and "out of turn" in notices[0].text
+    while sim.m.round is not None:
+        actions = sim.step(sim.m.round.state, range(1, 6))
+        assert late not in {a.agent_id for a in of_type(actions, SendAgent)}
+    reply = only_reply(sim.log, CLIENT)
+    assert reply["ok"] and reply["trees"] == 5
+    # the next checkpoint includes it
+    actions = sim.checkpoint(None)
+    assert_barrier(actions, State.SUSPENDED, range(1, 7), generation=2)
+
+
+@pytest.mark.parametrize("state", [State.RUNNING, State.DRAINED, State.CHECKPOINTED,
+                                   State.RESTARTING])
+def test_reached_out_of_turn_is_ignored(state):
+    sim = Sim(3)
+    sim.checkpoint(CLIENT, blocking=True)
+    for agent_id in (1, 2):
+        sim.report(agent_id, State.SUSPENDED)
+    actions = sim.report(3, state)
+    assert len(actions) == 1 and "out of turn" in actions[0].text
+    assert sim.m.round.reached == {1, 2}
+    assert sim.m.round.state is State.SUSPENDED
+    assert sim.m.agents[3].state is State.RUNNING
+    assert_barrier(sim.report(3, State.SUSPENDED), State.FD_LEADER_ELECTION, [1, 2, 3],
+                   generation=1)
+
+
+def test_reached_without_a_round_is_ignored():
+    sim = Sim(1)
+    actions = sim.report(1, State.SUSPENDED)
+    assert len(actions) == 1 and "out of turn" in actions[0].text
+    assert sim.m.round is None
+
+
+def test_unknown_state_and_unknown_message_and_unknown_agent():
+    sim = Sim(1)
+    actions = sim.send(1, messages.make("reached", state="BOGUS", ok=True))
+    assert len(actions) == 1 and "unknown state 'BOGUS'" in actions[0].text
+    actions = sim.send(1, messages.make("command", cmd="status"))
+    assert len(actions) == 1 and "ignored 'command'" in actions[0].text
+    assert sim.send(99, messages.make("reached", state="SUSPENDED", ok=True)) == []
+    assert sim.leave(99) == []
+
+
+# ---- restart rounds ---------------------------------------------------------------
+
+def test_first_restart_agent_adopts_the_computation():
+    sim = Sim(0, comp_id="fresh")
+    agent_id, actions = sim.restart_join(comp_id="comp-OLD", generation=4, num_trees=3)
+    welcome = sent(actions, "welcome")
+    assert [w.agent_id for w in welcome] == [agent_id]
+    assert welcome[0].message["comp_id"] == "comp-OLD"
+    assert welcome[0].message["generation"] == 4
+    assert any("restarting" in n.text for n in of_type(actions, Notice))
+    assert sim.m.comp_id == "comp-OLD" and sim.m.generation == 4
+    assert sim.m.agents[agent_id].state is State.RESTARTING
+    assert sim.m.round.kind == "restart" and sim.m.round.state is State.CHECKPOINTED
+    assert sim.m.status()["state"] == "CHECKPOINTED"
+
+
+@pytest.mark.parametrize("n", [1, 3, 50])
+@pytest.mark.parametrize("report_early", [True, False])
+def test_restart_round_waits_for_every_tree(n, report_early):
+    sim = Sim(0, comp_id="fresh", now=100.0)
+    ids = []
+    for i in range(n):
+        agent_id, actions = sim.restart_join(num_trees=n, tree_id=f"tree{i}")
+        assert sent(actions, "refused") == []
+        ids.append(agent_id)
+        if report_early:
+            released = sim.report(agent_id, State.CHECKPOINTED)
+            if i < n - 1:
+                assert released == []
+    if not report_early:
+        released = sim.step(State.CHECKPOINTED)
+    assert_barrier(released, State.REFILLED, ids, generation=4)
+    assert_barrier(sim.step(State.REFILLED), State.RUNNING, ids, generation=4)
+    sim.now = 101.0
+    actions = sim.step(State.RUNNING)
+    assert sent(actions, "barrier") == []
+    assert any("restart of generation 4 done" in a.text for a in of_type(actions, Notice))
+    assert of_type(sim.log, GenerationComplete) == []
+    assert of_type(sim.log, ReplyClient) == []
+    assert sim.m.round is None and sim.m.generation == 4
+    assert sim.m.status()["running"]
+    # and the computation checkpoints on from there
+    assert [g.generation for g in of_type(sim.run_checkpoint(), GenerationComplete)] == [5]
+
+
+def test_restart_agent_refused_when_busy_with_another_computation():
+    sim = Sim(2)
+    agent_id, actions = sim.restart_join()
+    assert len(actions) == 1
+    refused = sent(actions, "refused")[0]
+    assert refused.agent_id == agent_id
+    assert "busy with computation comp-A" in refused.message["error"]
+    assert agent_id not in sim.m.agents
+    assert sim.m.comp_id == COMP and sim.m.round is None
+
+
+def test_restart_agent_of_another_computation_refused_during_a_restart():
+    sim = Sim(0)
+    sim.restart_join(comp_id="comp-OLD", num_trees=2)
+    agent_id, actions = sim.restart_join(comp_id="comp-OTHER", num_trees=2)
+    assert "busy with computation comp-OLD" in sent(actions, "refused")[0].message["error"]
+    agent_id, actions = sim.restart_join(comp_id="comp-OLD", generation=3, num_trees=2)
+    assert sent(actions, "refused"), "another generation of the same computation"
+    assert len(sim.m.agents) == 1
+
+
+def test_same_tree_restarted_twice_is_refused():
+    sim = Sim(0)
+    sim.restart_join(num_trees=2, tree_id="same")
+    agent_id, actions = sim.restart_join(num_trees=2, tree_id="same")
+    assert "tree same is already being restarted" in sent(actions, "refused")[0].message["error"]
+    assert agent_id not in sim.m.agents
+    assert sim.m.round.participants == {1}
+
+
+def test_restart_agent_refused_once_past_checkpointed():
+    sim = Sim(0)
+    sim.restart_join(num_trees=1)
+    sim.step(State.CHECKPOINTED)
+    _, actions = sim.restart_join(num_trees=1, tree_id="late")
+    assert sent(actions, "refused")
+
+
+def test_checkpoint_request_during_restart_is_refused():
+    sim = Sim(0)
+    sim.restart_join(num_trees=2)
+    actions = sim.checkpoint(CLIENT, blocking=True)
+    assert actions == [ReplyClient(CLIENT, messages.make(
+        "reply", ok=False, error="a restart is in progress"))]
+    assert sim.m.round.kind == "restart"
+
+
+def test_restart_agent_failing_aborts_the_restart():
+    sim = Sim(0)
+    for i in range(3):
+        sim.restart_join(num_trees=4, tree_id=f"tree{i}")
+    sim.report(1, State.CHECKPOINTED)
+    actions = sim.report(2, State.CHECKPOINTED, ok=False, error="criu restore failed")
+    assert [(a.agent_id, a.message["type"]) for a in of_type(actions, SendAgent)] == \
+        [(1, "kill"), (2, "kill"), (3, "kill")]
+    notices = [n.text for n in of_type(actions, Notice)]
+    assert any("restart of generation 4 FAILED" in t and "criu restore failed" in t
+               for t in notices)
+    assert sim.m.round is None
+    # a straggler of the aborted restart is refused
+    _, actions = sim.restart_join(num_trees=4, tree_id="tree3")
+    assert sent(actions, "refused")
+
+
+def test_restart_agent_leaving_aborts_the_restart():
+    sim = Sim(0)
+    for i in range(3):
+        sim.restart_join(num_trees=3, tree_id=f"tree{i}")
+    sim.step(State.CHECKPOINTED)
+    actions = sim.leave(2)
+    assert [a.agent_id for a in sent(actions, "kill")] == [1, 3]
+    assert any("exited during restart" in n.text for n in of_type(actions, Notice))
+    assert sim.m.round is None
+
+
+def test_restart_agent_leaving_at_the_last_barrier_is_not_an_abort():
+    sim = Sim(0)
+    for i in range(2):
+        sim.restart_join(num_trees=2, tree_id=f"tree{i}")
+    sim.step(State.CHECKPOINTED)
+    sim.step(State.REFILLED)
+    sim.report(1, State.RUNNING)
+    actions = sim.leave(2)
+    assert sent(actions, "kill") == []
+    assert any("restart of generation 4 done" in n.text for n in of_type(actions, Notice))
+
+
+# ---- lifetime options ------------------------------------------------------------------
+
+def test_exit_on_last():
+    sim = Sim(0, exit_on_last=True)
+    assert sim.leave(1) == []
+    ids = sim.join(3)
+    for agent_id in ids[:-1]:
+        assert of_type(sim.leave(agent_id), Shutdown) == []
+    assert of_type(sim.leave(ids[-1]), Shutdown) == [Shutdown("last process exited")]
+
+
+def test_without_exit_on_last_the_coordinator_stays():
+    sim = Sim(1)
+    assert of_type(sim.leave(1), Shutdown) == []
+
+
+def test_exit_on_last_when_the_last_agent_leaves_mid_checkpoint():
+    sim = Sim(2, exit_on_last=True)
+    sim.checkpoint(CLIENT, blocking=True)
+    sim.step(State.SUSPENDED)
+    sim.leave(1)
+    actions = sim.leave(2)
+    assert of_type(actions, Shutdown) == [Shutdown("last process exited")]
+    assert only_reply(sim.log, CLIENT)["ok"] is False
+
+
+def test_exit_on_last_when_the_only_restart_agent_leaves():
+    sim = Sim(0, exit_on_last=True)
+    sim.restart_join(num_trees=2)
+    actions = sim.leave(1)
+    assert of_type(actions, Shutdown) == [Shutdown("last process exited")]
+
+
+@pytest.mark.parametrize("n", [1, 50])
+def test_exit_after_checkpoint(n):
+    sim = Sim(n, exit_after_ckpt=True)
+    actions = sim.checkpoint(CLIENT, blocking=True)
+    assert_barrier(actions, State.SUSPENDED, range(1, n + 1), generation=1, stop=True)
+    for state in UP_TO_THE_DUMP[:-1]:
+        assert_barrier(sim.step(state), next_state(state), range(1, n + 1), generation=1,
+                       stop=True)
+    actions = sim.step(State.CHECKPOINTED)
+    assert sent(actions, "barrier") == []  # the trees were stopped by the dump
+    assert of_type(actions, GenerationComplete) == [
+        GenerationComplete(1, tuple(image_of(a) for a in range(1, n + 1)))]
+    assert of_type(actions, Shutdown) == [Shutdown("exit after checkpoint")]
+    assert actions.index(of_type(actions, ReplyClient)[0]) < actions.index(Shutdown(
+        "exit after checkpoint"))
+    assert only_reply(sim.log, CLIENT)["ok"] is True
+    assert sim.m.generation == 1 and sim.m.round is None
+
+
+def test_exit_after_checkpoint_does_not_exit_on_a_failed_one():
+    sim = Sim(2, exit_after_ckpt=True)
+    sim.checkpoint(CLIENT, blocking=True)
+    sim.advance_to(State.CHECKPOINTED)
+    sim.report(1, State.CHECKPOINTED, image=image_of(1))
+    actions = sim.report(2, State.CHECKPOINTED, ok=False, error="disk full")
+    assert of_type(actions, Shutdown) == [] and of_type(actions, GenerationComplete) == []
+    assert only_reply(sim.log, CLIENT)["ok"] is False
+
+
+def test_stop_request_ends_at_checkpointed_without_exiting():
+    sim = Sim(3)
+    actions = sim.run_checkpoint(CLIENT, blocking=True, stop=True)
+    assert {a.message["stop"] for a in sent(actions, "barrier")} == {True}
+    assert {a.message["state"] for a in sent(actions, "barrier")} == {
+        "SUSPENDED", "FD_LEADER_ELECTION", "DRAINED", "CHECKPOINTED"}
+    assert len(of_type(actions, GenerationComplete)) == 1
+    assert of_type(actions, Shutdown) == []
+    assert only_reply(sim.log, CLIENT)["ok"] is True
+    # the stopped trees' agents then go away; that is no error
+    for agent_id in (1, 2, 3):
+        assert of_type(sim.leave(agent_id), Shutdown) == []
+    assert sim.m.last_checkpoint["ok"] is True
+
+
+def test_stopped_agent_exiting_before_the_others_report():
+    """With --stop a tree is gone once dumped, so its agent may exit before
+    the slowest tree has reported: the generation is still complete."""
+    sim = Sim(3)
+    sim.checkpoint(CLIENT, blocking=True, stop=True)
+    sim.advance_to(State.CHECKPOINTED)
+    sim.report(1, State.CHECKPOINTED, image=image_of(1))
+    sim.leave(1)
+    sim.report(2, State.CHECKPOINTED, image=image_of(2))
+    actions = sim.report(3, State.CHECKPOINTED, image=image_of(3))
+    assert of_type(actions, GenerationComplete) == [
+        GenerationComplete(1, tuple(image_of(a) for a in (1, 2, 3)))]
+    reply = only_reply(sim.log, CLIENT)
+    assert reply["ok"] is True and reply["trees"] == 3
+    assert sim.m.generation == 1
+
+
+@pytest.mark.parametrize("during", UP_TO_THE_DUMP)
+def test_stopped_checkpoint_losing_a_tree_before_its_dump_fails(during):
+    sim = Sim(3)
+    sim.checkpoint(CLIENT, blocking=True, stop=True)
+    sim.advance_to(during)
+    sim.leave(2)
+    sim.advance_to(None)
+    assert of_type(sim.log, GenerationComplete) == []
+    reply = only_reply(sim.log, CLIENT)
+    assert reply["ok"] is False and "exited during the checkpoint" in reply["error"]
+    assert sim.m.generation == 0
+
+
+# ---- commands --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("client", [CLIENT, None])
+def test_kill(client):
+    sim = Sim(4)
+    actions = sim._record(sim.m.kill(client))
+    assert [a.agent_id for a in sent(actions, "kill")] == [1, 2, 3, 4]
+    assert all(a.message == messages.make("kill") for a in sent(actions, "kill"))
+    if client is None:
+        assert of_type(actions, ReplyClient) == []
+    else:
+        assert only_reply(actions, client) == messages.make("reply", ok=True, killed=4)
+    assert of_type(actions, Shutdown) == []
+    assert len(sim.m.agents) == 4  # until they actually leave
+
+
+def test_quit():
+    sim = Sim(2)
+    actions = sim.m.quit(CLIENT)
+    assert [a.agent_id for a in sent(actions, "kill")] == [1, 2]
+    assert only_reply(actions, CLIENT)["killed"] == 2
+    assert actions[-1] == Shutdown("quit requested")
+
+
+def test_quit_without_agents():
+    actions = Sim(0).m.quit(None)
+    assert actions == [Shutdown("quit requested")]
+
+
+# ---- interval checkpoints --------------------------------------------------------------
+
+def test_interval_checkpoints_by_tick():
+    sim = Sim(3, now=100.0, interval=30.0)
+    assert sim.tick(129.9) == []
+    actions = sim.tick(130.0)
+    assert_barrier(actions, State.SUSPENDED, [1, 2, 3], generation=1)
+    assert of_type(actions, ReplyClient) == []
+    # due again while the round still runs: skipped, not queued
+    assert sim.tick(160.0) == []
+    sim.advance_to(None)
+    assert sim.m.generation == 1
+    assert of_type(sim.log, ReplyClient) == []
+    assert sim.tick(189.0) == []
+    assert_barrier(sim.tick(190.0), State.SUSPENDED, [1, 2, 3], generation=2)
+
+
+def test_interval_without_agents_does_nothing():
+    sim = Sim(0, interval=5.0)
+    assert sim.tick(5.0) == [] and sim.tick(100.0) == []
+    assert sim.m.round is None
+
+
+def test_no_interval_no_ticks():
+    sim = Sim(2)
+    assert sim.tick(1e9) == []
+
+
+def test_set_interval():
+    sim = Sim(1, now=0.0)
+    actions = sim.m.set_interval(CLIENT, 5, now=50.0)
+    assert actions == [ReplyClient(CLIENT, messages.make("reply", ok=True, interval=5.0))]
+    assert sim.m.status()["checkpoint_interval"] == 5.0
+    assert sim.tick(54.0) == []
+    assert sent(sim.tick(55.0), "barrier")
+    sim.m.round = None
+    assert sim.m.set_interval(None, -3, now=60.0) == []
+    assert sim.m.interval == 0.0
+    assert sim.tick(1e9) == []
+
+
+# ---- status and listing -------------------------------------------------------------------
+
+def peers(count: int) -> dict:
+    return messages.make("peers", count=count, procs=[[i, "prog"] for i in range(count)])
+
+
+def test_status_counts():
+    sim = Sim(0, comp_id="c1")
+    assert sim.m.status() == {
+        "comp_id": "c1", "num_peers": 0, "num_trees": 0, "running": False,
+        "state": "RUNNING", "generation": 0, "checkpoint_interval": 0.0,
+        "last_checkpoint": None}
+    sim.join(3)
+    assert sim.send(1, peers(3)) == []
+    sim.send(2, peers(2))
+    status = sim.m.status()
+    assert status["num_peers"] == 5 and status["num_trees"] == 3 and status["running"]
+    sim.send(1, peers(1))
+    assert sim.m.status()["num_peers"] == 3
+    sim.leave(2)
+    assert sim.m.status()["num_peers"] == 1 and sim.m.status()["num_trees"] == 2
+    sim.checkpoint(None)
+    assert sim.m.status()["running"] is False
+    assert sim.m.status()["state"] == "SUSPENDED"
+
+
+def test_listing():
+    sim = Sim(2)
+    sim.send(2, peers(2))
+    rows = sim.m.listing()
+    assert rows == [
+        {"host": "host1", "agent_pid": 1001, "program": "prog", "tree_id": "t1",
+         "state": "RUNNING", "peers": 0, "procs": []},
+        {"host": "host2", "agent_pid": 1002, "program": "prog", "tree_id": "t2",
+         "state": "RUNNING", "peers": 2, "procs": [[0, "prog"], [1, "prog"]]},
+    ]
+
+
+def test_join_with_sparse_hello_uses_placeholders():
+    m = CoordinatorMachine(COMP)
+    actions = m.agent_joined(1, messages.make("hello", role="agent", token="t"), 0.0)
+    assert sent(actions, "welcome")[0].message == messages.make(
+        "welcome", comp_id=COMP, agent_id=1, generation=0)
+    assert m.listing()[0]["host"] == "?" and m.listing()[0]["agent_pid"] == 0
