@@ -41,10 +41,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+import pycriu.images
 
 from dmtcp_py.client import CoordinatorClient, coordinator_alive
 from dmtcp_py.errors import UserError
-from dmtcp_py.paths import criu_binary
+from dmtcp_py.paths import criu_binary, run_dir
 
 PORTS = range(7950, 8000)
 READY_TIMEOUT = 60.0        # the program filled its memory and is under control
@@ -247,6 +248,13 @@ def fsync_files(directory: Path) -> None:
 
 # ---- our side: coordinator, launch, checkpoint, restart -------------------------
 
+@dataclass
+class Computation:
+    """One computation under our control: its coordinator and its agent."""
+    port: int
+    agent: subprocess.Popen
+
+
 def coordinator_status(port: int) -> dict | None:
     """The coordinator's status (what `dmtcp-command -s --json` prints), or
     None while none answers.  In-process: polling through the CLI would add
@@ -267,15 +275,34 @@ def command(port: int, *flags: str) -> str:
     return run_checked([str(BIN / "dmtcp-command"), "-p", str(port), *flags])
 
 
-def launch(ws: Workspace, program: Path, size_mib: int, ckptdir: Path) -> tuple[int, subprocess.Popen]:
+def start_ours(ws: Workspace, argv: list[str], out: Path, what: str) -> Computation:
+    """Run dmtcp-launch or dmtcp-restart (argv after the port option) on a
+    port of ours; return once the program is under control and running."""
     port = ws.free_port()
-    out = ckptdir.parent / f"launch-{port}.out"
-    agent = ws.spawn([str(BIN / "dmtcp-launch"), "-p", str(port), "--ckptdir", str(ckptdir),
-                      str(program), str(size_mib)], out)
-    wait_until(lambda: printed_ready(out) and under_control(port),
-               "the launched program to be ready", READY_TIMEOUT)
+    agent = ws.spawn([str(BIN / argv[0]), "-p", str(port), *argv[1:]], out)
+
+    def ready() -> bool:
+        if agent.poll() is not None:
+            raise BenchError(f"{argv[0]} exited with {agent.returncode} before {what} ran: "
+                             f"{out.read_text(errors='replace').strip()}")
+        return under_control(port)
+
+    wait_until(ready, f"{what} to be under control", OP_TIMEOUT)
     adopt_descendants(ws, agent.pid)
-    return port, agent
+    return Computation(port, agent)
+
+
+def launch(ws: Workspace, program: Path, size_mib: int, ckptdir: Path) -> Computation:
+    out = ws.base / "launch.out"
+    comp = start_ours(ws, ["dmtcp-launch", "--ckptdir", str(ckptdir), str(program),
+                           str(size_mib)], out, "the launched program")
+    wait_until(lambda: printed_ready(out), "the launched program to be ready", READY_TIMEOUT)
+    return comp
+
+
+def restart(ws: Workspace, image: Path) -> Computation:
+    return start_ours(ws, ["dmtcp-restart", str(image)], ws.base / "restart.out",
+                      "the restored program")
 
 
 def adopt_descendants(ws: Workspace, pid: int) -> None:
@@ -283,24 +310,24 @@ def adopt_descendants(ws: Workspace, pid: int) -> None:
         ws.adopt(proc.pid)
 
 
-def our_checkpoint(port: int) -> float:
+def our_checkpoint(comp: Computation) -> float:
     """Checkpoint; return the duration the coordinator reports."""
-    out = command(port, "-bc")
+    out = command(comp.port, "-bc")
     match = re.search(r"done: .* ([0-9.]+) s", out)
     if not match:
         raise BenchError(f"unexpected answer to -bc: {out.strip()!r}")
     return float(match.group(1))
 
 
-def stop_computation(port: int, agent: subprocess.Popen) -> None:
+def stop(comp: Computation) -> None:
     """Kill the computation; wait for its agent and its coordinator to go."""
-    command(port, "-k")
-    agent.wait(EXIT_TIMEOUT)
+    command(comp.port, "-k")
+    comp.agent.wait(EXIT_TIMEOUT)
     try:
-        wait_until(lambda: not coordinator_alive("127.0.0.1", port),
-                   f"the coordinator on port {port} to exit", EXIT_TIMEOUT / 4)
+        wait_until(lambda: not coordinator_alive("127.0.0.1", comp.port),
+                   f"the coordinator on port {comp.port} to exit", EXIT_TIMEOUT / 4)
     except BenchError:
-        command(port, "-q")
+        command(comp.port, "-q")
 
 
 def image_of(ckptdir: Path) -> Path:
@@ -310,27 +337,25 @@ def image_of(ckptdir: Path) -> Path:
     return images[0]
 
 
-def our_restart(ws: Workspace, image: Path) -> tuple[int, subprocess.Popen]:
-    port = ws.free_port()
-    out = image.parent / f"restart-{port}.out"
-    agent = ws.spawn([str(BIN / "dmtcp-restart"), "-p", str(port), str(image)], out)
-
-    def restored() -> bool:
-        if agent.poll() is not None:
-            raise BenchError(f"dmtcp-restart exited with {agent.returncode} before the "
-                             f"program ran: {out.read_text(errors='replace').strip()}")
-        return under_control(port)
-
-    wait_until(restored, "the restored program to be under control", OP_TIMEOUT)
-    return port, agent
+def criu_seconds(stats: Path, kind: str, key: str) -> float:
+    """A time CRIU recorded in a stats file (stats-dump, stats-restore),
+    which is then removed so that the next reading is a fresh one."""
+    try:
+        with open(stats, "rb") as f:
+            micros = pycriu.images.load(f)["entries"][0][kind][key]
+    except (OSError, KeyError, IndexError) as exc:
+        raise BenchError(f"no {kind} statistics from CRIU in {stats}: {exc}") from None
+    stats.unlink()
+    return micros / 1e6
 
 
 # ---- raw CRIU ----------------------------------------------------------------------
 
-def start_direct(ws: Workspace, program: Path, size_mib: int, workdir: Path) -> subprocess.Popen:
+def start_direct(ws: Workspace, program: Path, size_mib: int) -> subprocess.Popen:
     """The same program outside our control, in its own session with no
     terminal, so CRIU needs no --shell-job."""
-    out = workdir / "direct.out"
+    out = ws.base / "direct.out"
+    out.unlink(missing_ok=True)   # left by the previous round
     proc = ws.spawn([str(program), str(size_mib)], out, start_new_session=True)
     wait_until(lambda: printed_ready(out), "the direct program to be ready", READY_TIMEOUT)
     return proc
@@ -354,7 +379,7 @@ def dd(target: Path, size_mib: int, *conv: str) -> None:
     target.unlink()
 
 
-# ---- one round: every measurement once ----------------------------------------------
+# ---- the rounds: every measurement once per round ----------------------------------
 
 @dataclass
 class Samples:
@@ -365,62 +390,71 @@ class Samples:
         self.values.setdefault(key, []).append(seconds)
 
 
-def measure_ours(ws: Workspace, program: Path, size_mib: int, workdir: Path,
-                 samples: Samples) -> None:
-    ckptdir = workdir / "ckpt"
-    port, agent = launch(ws, program, size_mib, ckptdir)
-    samples.add("cli", timed(command, port, "-s")[0])
+def measure_ours(ws: Workspace, comp: Computation, ckptdir: Path, samples: Samples) -> Computation:
+    """Checkpoint the computation, kill it, restart it from that image;
+    return the restarted computation (the next round checkpoints it, so
+    generations accumulate as in real use)."""
+    stats = run_dir()
+    samples.add("cli", timed(command, comp.port, "-s")[0])
     settle()
-    wall, reported = timed(our_checkpoint, port)
+    wall, reported = timed(our_checkpoint, comp)
     samples.add("ckpt", wall)
     samples.add("ckpt_reported", reported)
+    samples.add("ckpt_frozen", criu_seconds(stats / "stats-dump", "dump", "frozen_time"))
     progress(f"  ours: checkpoint {wall:.3f} s (coordinator says {reported:.3f} s)")
-    stop_computation(port, agent)
+    stop(comp)
     image = image_of(ckptdir)
     samples.image_bytes = sum(f.stat().st_size for f in image.iterdir())
     settle()
-    wall, (port, agent) = timed(our_restart, ws, image)
+    wall, comp = timed(restart, ws, image)
     samples.add("restart", wall)
+    samples.add("restart_criu", criu_seconds(stats / "stats-restore", "restore", "restore_time"))
     progress(f"  ours: restart {wall:.3f} s")
-    adopt_descendants(ws, agent.pid)
-    stop_computation(port, agent)
+    return comp
 
 
-def measure_raw(ws: Workspace, program: Path, size_mib: int, workdir: Path,
-                samples: Samples) -> None:
-    images = workdir / "raw"
-    direct = start_direct(ws, program, size_mib, workdir)
+def measure_raw(ws: Workspace, program: Path, size_mib: int, samples: Samples) -> None:
+    images = ws.base / "raw"
+    direct = start_direct(ws, program, size_mib)
     settle()
     dump_s = timed(raw_dump, direct.pid, images)[0]
     fsync_s = timed(fsync_files, images)[0]
     samples.add("raw_dump", dump_s)
     samples.add("raw_dump_fsync", dump_s + fsync_s)
+    samples.add("raw_frozen", criu_seconds(images / "stats-dump", "dump", "frozen_time"))
     progress(f"  raw:  dump {dump_s:.3f} s (+ fsync {fsync_s:.3f} s)")
     direct.kill()        # the restored process takes the same pid
     direct.wait(EXIT_TIMEOUT)
     settle()
     restore_s, pid = timed(raw_restore, images)
     samples.add("raw_restore", restore_s)
+    samples.add("raw_restore_criu", criu_seconds(images / "stats-restore", "restore",
+                                                 "restore_time"))
     progress(f"  raw:  restore {restore_s:.3f} s")
     _kill(ws.adopt(pid))
+    _remove(images)
 
 
-def measure_dd(size_mib: int, workdir: Path, samples: Samples) -> None:
+def measure_dd(ws: Workspace, size_mib: int, samples: Samples) -> None:
     for key, conv in (("dd", ()), ("dd_sync", ("conv=fdatasync",))):
         settle()
-        seconds = timed(dd, workdir / "ddfile", size_mib, *conv)[0]
+        seconds = timed(dd, ws.base / "ddfile", size_mib, *conv)[0]
         samples.add(key, seconds)
         progress(f"  dd {' '.join(conv) or '(page cache)'}: {seconds:.3f} s")
 
 
-def one_round(ws: Workspace, program: Path, size_mib: int, index: int, samples: Samples) -> None:
-    workdir = ws.base / f"round-{index}"
-    workdir.mkdir()
-    progress(f"round {index}")
-    measure_ours(ws, program, size_mib, workdir, samples)
-    measure_raw(ws, program, size_mib, workdir, samples)
-    measure_dd(size_mib, workdir, samples)
-    _remove(workdir)     # keep at most one round's images on disk
+def run_rounds(ws: Workspace, program: Path, size_mib: int, runs: int) -> Samples:
+    samples = Samples()
+    ckptdir = ws.base / "ckpt"
+    progress(f"launching the {size_mib} MiB program")
+    comp = launch(ws, program, size_mib, ckptdir)
+    for index in range(1, runs + 1):
+        progress(f"round {index} of {runs}")
+        comp = measure_ours(ws, comp, ckptdir, samples)
+        measure_raw(ws, program, size_mib, samples)
+        measure_dd(ws, size_mib, samples)
+    stop(comp)
+    return samples
 
 
 # ---- the table -------------------------------------------------------------------------
@@ -428,11 +462,15 @@ def one_round(ws: Workspace, program: Path, size_mib: int, index: int, samples: 
 ROWS = (
     ("ckpt", "(a) ours: dmtcp-command -bc, wall"),
     ("ckpt_reported", "    ours: -bc, duration the coordinator reports"),
+    ("ckpt_frozen", "    ours: CRIU frozen_time (stats-dump)"),
     ("cli", "    ours: dmtcp-command -s, wall (CLI start-up)"),
     ("restart", "(b) ours: dmtcp-restart until under control"),
+    ("restart_criu", "    ours: CRIU restore_time (stats-restore)"),
     ("raw_dump", "(c) raw: criu dump --leave-running"),
     ("raw_dump_fsync", "    raw: criu dump + fsync of its files"),
+    ("raw_frozen", "    raw: CRIU frozen_time (stats-dump)"),
     ("raw_restore", "(d) raw: criu restore -d"),
+    ("raw_restore_criu", "    raw: CRIU restore_time (stats-restore)"),
     ("dd", "(e) dd bs=1M (page cache)"),
     ("dd_sync", "(e) dd bs=1M conv=fdatasync"),
 )
@@ -487,12 +525,10 @@ def main() -> int:
         return 1
     signal.signal(signal.SIGTERM, _terminate)
     ws = Workspace(Path(f"/var/tmp/dmtcp-bench-{os.getpid()}"), keep_logs=args.keep_logs)
-    samples = Samples()
     try:
         ws.create()
         program = compile_program(ws.base)
-        for index in range(1, args.runs + 1):
-            one_round(ws, program, args.size_mib, index, samples)
+        samples = run_rounds(ws, program, args.size_mib, args.runs)
     except BenchError as exc:
         print(f"bench_checkpoint: error: {exc}", file=sys.stderr)
         return 1

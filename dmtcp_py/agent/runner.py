@@ -37,7 +37,7 @@ class AgentConfig:
     coord_host: str
     coord_port: int
     token: str
-    ckptdir: Path
+    ckptdir: Path | None   # None: the coordinator's, else the cwd
     tree_id: str
     program: str
     argv: list[str] = field(default_factory=list)
@@ -121,6 +121,8 @@ class Agent:
         if reply["type"] == "refused":
             raise UserError(f"coordinator at {cfg.coord_host}:{cfg.coord_port} refused: {reply['error']}")
         self.comp_id = reply["comp_id"]
+        if cfg.ckptdir is None:
+            cfg.ckptdir = Path(reply.get("ckptdir") or os.getcwd()).resolve()
         log.info("joined computation %s as agent %s", self.comp_id, reply["agent_id"])
         return reader
 

@@ -2,7 +2,6 @@
 a coordinator when none answers."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
@@ -86,8 +85,4 @@ def ensure_coordinator(host: str, port: int, *, join: bool, new: bool,
 def exit_code(status: int) -> int:
     """A child's status as a shell would report it."""
     return 128 - status if status < 0 else status
-
-
-def default_ckptdir(value: str | None) -> Path:
-    return Path(value or os.environ.get("DMTCP_CHECKPOINT_DIR") or os.getcwd()).resolve()
 

@@ -49,12 +49,12 @@ def cli(coord_port, listen_host, port_file, ckptdir, interval, exit_on_last, exi
     """
     ready_fd = _daemonize() if daemon else None
     token = os.environ.get("DMTCP_COORD_TOKEN") or secrets.token_hex(16)
+    ckpt = Path(ckptdir).resolve() if ckptdir else None
     machine = CoordinatorMachine(uuid.uuid4().hex[:12], exit_on_last=exit_on_last,
                                  exit_after_ckpt=exit_after_ckpt, interval=interval,
-                                 now=time.monotonic())
+                                 now=time.monotonic(), ckptdir=str(ckpt) if ckpt else None)
     server = CoordinatorServer(machine, token, host=listen_host, port=coord_port,
-                               ckptdir=Path(ckptdir).resolve() if ckptdir else None,
-                               quiet=quiet or daemon)
+                               ckptdir=ckpt, quiet=quiet or daemon)
     return asyncio.run(_main(server, port_file, ready_fd, console_on=not daemon))
 
 

@@ -5,12 +5,13 @@ import asyncio
 import os
 import shutil
 import uuid
+from pathlib import Path
 
 import click
 
 from dmtcp_py import __version__, logs
 from dmtcp_py.agent.runner import Agent, AgentConfig
-from dmtcp_py.cli.common import (CONTEXT, coord_host_option, coord_port_option, default_ckptdir,
+from dmtcp_py.cli.common import (CONTEXT, coord_host_option, coord_port_option,
                                  ensure_coordinator, exit_code, run)
 from dmtcp_py.client import resolve_token
 from dmtcp_py.errors import UserError
@@ -57,13 +58,14 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, interval, progra
     path = resolve_program(program)
     if not shim_library().exists():
         raise UserError(f"the shim {shim_library()} is not built (run `make setup`)")
-    ckpt = default_ckptdir(ckptdir)
+    # None: the coordinator's directory if it has one, else the cwd
+    chosen = ckptdir or os.environ.get("DMTCP_CHECKPOINT_DIR")
     port = ensure_coordinator(coord_host, coord_port, join=join, new=new_coordinator,
                               interval=interval)
     tree_id = uuid.uuid4().hex[:12]
     logs.setup(f"agent-{tree_id}")
     cfg = AgentConfig(coord_host=coord_host, coord_port=port, token=resolve_token(port),
-                      ckptdir=ckpt, tree_id=tree_id, program=os.path.basename(program),
+                      ckptdir=Path(chosen).resolve() if chosen else None, tree_id=tree_id, program=os.path.basename(program),
                       argv=[program, *args], path=path)
     return exit_code(asyncio.run(Agent(cfg).run()))
 

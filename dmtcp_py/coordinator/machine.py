@@ -80,8 +80,9 @@ class Round:
 class CoordinatorMachine:
     def __init__(self, comp_id: str, *, exit_on_last: bool = False,
                  exit_after_ckpt: bool = False, interval: float = 0.0,
-                 now: float = 0.0) -> None:
+                 now: float = 0.0, ckptdir: str | None = None) -> None:
         self.comp_id = comp_id
+        self.ckptdir = ckptdir  # offered to trees that did not choose their own
         self.exit_on_last = exit_on_last
         self.exit_after_ckpt = exit_after_ckpt
         self.agents: dict[int, Agent] = {}
@@ -108,7 +109,8 @@ class CoordinatorMachine:
         self.agents[agent_id] = agent
         self._ever_had_agents = True
         actions.append(SendAgent(agent_id, messages.make(
-            "welcome", comp_id=self.comp_id, agent_id=agent_id, generation=self.generation)))
+            "welcome", comp_id=self.comp_id, agent_id=agent_id, generation=self.generation,
+            ckptdir=self.ckptdir)))
         actions.append(Notice(f"{'restarting' if restart else 'joined'}: {agent.label()}"))
         return actions
 

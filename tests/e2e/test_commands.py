@@ -65,3 +65,16 @@ def test_kill_after_checkpoint_generation_kept(comp, programs):
     assert oct(image.stat().st_mode & 0o777) == "0o700"
     assert all(oct(f.stat().st_mode & 0o777) == "0o600" for f in image.iterdir())
     comp.kill_and_wait(proc)
+
+
+def test_images_go_to_the_coordinators_ckptdir_by_default(comp, programs, tmp_path, no_strays):
+    out = tmp_path / "default.out"
+    with open(out, "w") as o:
+        proc = subprocess.Popen([tool("dmtcp-launch"), "--join", "-p", str(comp.port),
+                                 *programs["counter_single"], "100000", "20"],
+                                cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=o)
+    comp.wait_peers(1)
+    comp.checkpoint()
+    assert len(comp.images()) == 1
+    assert not list(tmp_path.glob("ckpt_*.dmtcp"))  # not the cwd
+    comp.kill_and_wait(proc)

@@ -76,7 +76,7 @@ def test_three_cycles_of_a_multiprocess_program(comp, programs):
         before, killed = checkpoint_and_kill(comp, proc, out, after=last_tick(out) + 5)
         proc, out = comp.restart()
         comp.wait_peers(2)  # parent and child are counted again
-        wait_for(lambda: ticks(out), what=f"output after restart {cycle + 1}")
+        wait_for(lambda out=out: ticks(out), what=f"output after restart {cycle + 1}")
         assert_continues(out, before, killed, "pipe_counter", finished=False)
         assert comp.status()["generation"] == cycle + 1
     assert proc.wait(timeout=TIMEOUT) == 0, proc.err_path.read_text()
