@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -27,18 +28,50 @@ def _log_level() -> int:
     return 4 if os.environ.get("DMTCP_LOG_LEVEL", "").upper() == "DEBUG" else 2
 
 
-def _new(images_dir: Path, log_path: Path) -> tuple[pycriu.criu.criu, list[int]]:
-    c = CriuRpc()
-    c.use_binary(criu_binary())
-    images_fd = os.open(images_dir, os.O_DIRECTORY)
-    work_fd = os.open(log_path.parent, os.O_DIRECTORY)
-    c.opts.images_dir_fd = images_fd
-    c.opts.work_dir_fd = work_fd
-    c.opts.log_file = log_path.name
-    c.opts.log_level = _log_level()
-    c.opts.shell_job = True
-    c.opts.file_locks = True
-    return c, [images_fd, work_fd]
+class _Session:
+    """One criu swrk process and its RPC options.
+
+    We start `criu swrk` ourselves and give pycriu the socket (use_fd):
+    pycriu's own spawning closes fds 0-2 of criu, but a shell job's
+    terminal is handed to the restored tree through criu's stdin, and the
+    fds for inherit_fd must reach criu too.  Knowing criu's pid also lets
+    the agent reap exactly its own children."""
+
+    def __init__(self, images_dir: Path, log_path: Path, *, stdin: int | None = None,
+                 pass_fds: tuple[int, ...] = ()) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.proc = subprocess.Popen(
+                [criu_binary(), "swrk", str(theirs.fileno())],
+                stdin=stdin if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(), *pass_fds), close_fds=True)
+        except OSError as exc:
+            ours.close()
+            raise CriuError(f"cannot run {criu_binary()}: {exc.strerror or exc}") from None
+        finally:
+            theirs.close()
+        self.sock = ours
+        self.rpc = CriuRpc()
+        self.rpc.use_fd(ours.fileno())
+        # criu opens these through /proc/<our pid>/fd, so they stay ours
+        self.fds = [os.open(images_dir, os.O_DIRECTORY), os.open(log_path.parent, os.O_DIRECTORY)]
+        opts = self.rpc.opts
+        opts.images_dir_fd, opts.work_dir_fd = self.fds
+        opts.log_file = log_path.name
+        opts.log_level = _log_level()
+        opts.shell_job = True
+        opts.file_locks = True
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.sock.close()  # pycriu closed its socket object; this is the original
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def _failure(what: str, exc: Exception, log_path: Path) -> CriuError:
@@ -58,17 +91,16 @@ def _failure(what: str, exc: Exception, log_path: Path) -> CriuError:
 
 def dump(root_pid: int, images_dir: Path, log_path: Path, *, leave_running: bool,
          external: list[str]) -> None:
-    c, fds = _new(images_dir, log_path)
+    session = _Session(images_dir, log_path)
     try:
-        c.opts.pid = root_pid
-        c.opts.leave_running = leave_running
-        c.opts.external.extend(external)
-        c.dump()
+        session.rpc.opts.pid = root_pid
+        session.rpc.opts.leave_running = leave_running
+        session.rpc.opts.external.extend(external)
+        session.rpc.dump()
     except CRIUException as exc:
         raise _failure("dump", exc, log_path) from None
     finally:
-        for fd in fds:
-            os.close(fd)
+        session.close()
 
 
 _OPEN_TIME_ONLY = (os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_TRUNC | os.O_NOCTTY
@@ -110,21 +142,22 @@ def unpin_external_files(images_dir: Path) -> int:
     return changed
 
 
-def restore(images_dir: Path, log_path: Path, *, inherit: list[tuple[int, str]]) -> int:
-    """Restore the tree as a child of this process (restore-sibling);
-    return the root's pid."""
-    c, fds = _new(images_dir, log_path)
+def restore(images_dir: Path, log_path: Path, *, inherit: list[tuple[int, str]],
+            terminal: int | None = None) -> int:
+    """Restore the tree as a child of this process (restore-sibling) and
+    return the root's pid.  terminal: the fd a shell job's terminal is
+    inherited from (criu's stdin)."""
+    session = _Session(images_dir, log_path, stdin=terminal,
+                       pass_fds=tuple(fd for fd, _ in inherit))
     try:
-        c.opts.rst_sibling = True
+        session.rpc.opts.rst_sibling = True
         for fd, key in inherit:
-            c.opts.inherit_fd.add(fd=fd, key=key)
-        resp = c.restore()
-        return int(resp.pid)
+            session.rpc.opts.inherit_fd.add(fd=fd, key=key)
+        return int(session.rpc.restore().pid)
     except CRIUException as exc:
         raise _failure("restore", exc, log_path) from None
     finally:
-        for fd in fds:
-            os.close(fd)
+        session.close()
 
 
 def version() -> str:

@@ -192,7 +192,8 @@ class Agent:
         self.tree.hold_reaping = True
         try:
             pid = await loop.run_in_executor(
-                None, lambda: criu_driver.restore(cfg.image, log_path, inherit=handover.pairs))
+                None, lambda: criu_driver.restore(cfg.image, log_path, inherit=handover.pairs,
+                                           terminal=handover.terminal))
         except criu_driver.CriuError as exc:
             self._send(messages.make("reached", state=State.CHECKPOINTED.value, ok=False,
                                      error=str(exc)))

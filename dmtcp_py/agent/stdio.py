@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 import stat
 
+from dmtcp_py.errors import UserError
+
 
 def describe() -> dict[str, dict]:
     out = {}
@@ -48,8 +50,26 @@ def _mnt_id(fd: int) -> int:
 
 
 def external_ids(stdio: dict[str, dict]) -> list[str]:
-    """Ids to declare external at dump: CRIU records them by id only."""
-    return sorted({d["key"] for d in stdio.values() if d["kind"] in ("tty", "file")})
+    """Ids to declare external at dump: CRIU records them by id only.
+    Not terminals: CRIU's shell-job path restores those from its stdin."""
+    return sorted({d["key"] for d in stdio.values() if d["kind"] == "file"})
+
+
+def check_restartable(stdio: dict[str, dict]) -> None:
+    """Refuse, before anything starts, what prepare() could not hand over."""
+    if any(d["kind"] == "tty" for d in stdio.values()):
+        _our_terminal()
+
+
+def _our_terminal() -> int:
+    """The terminal CRIU gives to a tree that ran on one: ours."""
+    for fd in (0, 1, 2):
+        if _kind_of(fd) == "tty":
+            return fd
+    # CRIU puts a restored shell job into the restarting process's session
+    # and makes it the foreground group of that session's terminal
+    raise UserError("this tree ran on a terminal: restart it from a terminal "
+                    "(under `script -qc` for a batch job)")
 
 
 def _kind_of(fd: int) -> str | None:
@@ -76,6 +96,7 @@ class Handover:
         self.pairs: list[tuple[int, str]] = []
         self.opened: list[int] = []     # closed once CRIU has them
         self.relays: list[FileRelay] = []
+        self.terminal: int | None = None  # criu's stdin, for a shell job's tty
 
     def close_after_restore(self) -> None:
         for fd in self.opened:
@@ -86,7 +107,7 @@ class Handover:
 def prepare(stdio: dict[str, dict], relay_dir) -> Handover:
     """Match the image's stdio with ours.  Each fd passed is a duplicate
     above 2 (pycriu closes 0-2 in the criu child).  Pipes and sockets take
-    any fd; a terminal needs a terminal; a regular file must be reopened by
+    any fd; a terminal goes to criu's stdin (see criu_driver); a regular file must be reopened by
     CRIU through /proc, so for an output that is a pipe or socket here the
     tree gets a file that the agent relays to it.  A stream with no
     counterpart here goes to /dev/null."""
@@ -98,7 +119,11 @@ def prepare(stdio: dict[str, dict], relay_dir) -> Handover:
         seen.add(desc["key"])
         ours = int(fd_text)
         kind = _kind_of(ours)
-        if kind is None or (desc["kind"] == "tty" and kind != "tty"):
+        if desc["kind"] == "tty":
+            if h.terminal is None:
+                h.terminal = _our_terminal()
+            continue
+        if kind is None:
             fd = os.open("/dev/null", os.O_RDWR)
         elif desc["kind"] == "file" and kind not in ("file", "tty", "other"):
             relay = FileRelay(relay_dir / f"stdio-{os.getpid()}-{ours}.out", ours)

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from dmtcp_py import __version__, logs
+from dmtcp_py.agent import stdio
 from dmtcp_py.agent.runner import Agent, AgentConfig
 from dmtcp_py.cli.common import (CONTEXT, coord_host_option, coord_port_option, ensure_coordinator,
                                  exit_code, run)
@@ -37,6 +38,8 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, images):
     if len(gens) > 1:
         raise UserError(f"the images are of different generations ({sorted(gens)}); "
                         "restart one generation")
+    for _, m in loaded:
+        stdio.check_restartable(m.stdio)
     trees = {m.tree_id for _, m in loaded}
     if len(trees) < len(loaded):
         raise UserError("the same tree is given twice")

@@ -120,3 +120,33 @@ def test_output_through_pipes(comp, programs):
 def comp_tool(name: str) -> str:
     from tests.e2e.harness import tool
     return tool(name)
+
+
+def _under_terminal(argv: list[str]) -> list[str]:
+    """Run argv with a pseudo-terminal as its stdin/stdout/stderr."""
+    import shlex
+    return ["script", "-qfec", shlex.join(argv), "/dev/null"]
+
+
+def test_terminal_program_restarts_on_a_new_terminal(comp, programs, tmp_path):
+    from tests.e2e.harness import tool
+    out = tmp_path / "tty1.out"
+    with open(out, "w") as o:
+        proc = subprocess.Popen(_under_terminal(
+            [tool("dmtcp-launch"), "--join", "-p", str(comp.port), *programs["counter_single"],
+             "80", str(INTERVAL_MS)]), stdin=subprocess.DEVNULL, stdout=o, stderr=subprocess.STDOUT)
+    comp.wait_peers(1)
+    before, killed = checkpoint_and_kill(comp, proc, out)
+    script = str(comp.ckptdir / "dmtcp_restart_script.sh")
+    # without a terminal: refused up front, in one line
+    refused = subprocess.run([script, "-p", str(comp.port)], stdin=subprocess.DEVNULL,
+                             capture_output=True, text=True, timeout=TIMEOUT)
+    assert refused.returncode != 0 and "restart it from a terminal" in refused.stderr
+    rout = tmp_path / "tty2.out"
+    with open(rout, "w") as o:
+        restarted = subprocess.run(_under_terminal([script, "-p", str(comp.port)]),
+                                   stdin=subprocess.DEVNULL, stdout=o, stderr=subprocess.STDOUT,
+                                   timeout=TIMEOUT)
+    assert restarted.returncode == 0, rout.read_text()
+    rout.write_text(rout.read_text().replace("\r\n", "\n"))
+    assert_continues(rout, before, killed, "counter_single")
