@@ -20,6 +20,8 @@ from dmtcp_py.errors import UserError
               help="Request a checkpoint and return.")
 @click.option("-bc", "--bcheckpoint", "action", flag_value="bcheckpoint",
               help="Checkpoint and return when every image is complete.")
+@click.option("-kc", "--kcheckpoint", "action", flag_value="kcheckpoint",
+              help="Checkpoint, stop the computation once its images are written, and return.")
 @click.option("-k", "--kill", "action", flag_value="kill", help="Kill the computation.")
 @click.option("-q", "--quit", "action", flag_value="quit",
               help="Kill the computation and the coordinator.")
@@ -32,23 +34,24 @@ def cli(coord_host, coord_port, action, interval, as_json):
     if action is None and interval is not None:
         action = "interval"
     if action is None:
-        raise UserError("no command given: one of -s, -l, -c, -bc, -k, -q, -i N")
-    with CoordinatorClient(coord_host, coord_port,
-                           timeout=None if action == "bcheckpoint" else 30.0) as client:
+        raise UserError("no command given: one of -s, -l, -c, -bc, -kc, -k, -q, -i N")
+    blocking = action in ("bcheckpoint", "kcheckpoint")
+    with CoordinatorClient(coord_host, coord_port, timeout=None if blocking else 30.0) as client:
         if action in ("status", "list"):
             reply = client.command(action)
             return _print_status(reply, coord_host, coord_port, as_json, listing=action == "list")
-        if action in ("checkpoint", "bcheckpoint"):
-            reply = client.command("checkpoint", blocking=action == "bcheckpoint")
+        if action in ("checkpoint", "bcheckpoint", "kcheckpoint"):
+            reply = client.command("checkpoint", blocking=blocking, stop=action == "kcheckpoint")
         elif action == "interval":
             reply = client.command("interval", seconds=interval)
         else:
             reply = client.command(action)
     if not reply["ok"]:
         raise UserError(reply.get("error") or f"{action} failed")
-    if action == "bcheckpoint":
+    if blocking:
         click.echo(f"checkpoint {reply['generation']} done: {reply['trees']} trees, "
-                   f"{reply['bytes']} bytes, {reply['duration']:.3f} s")
+                   f"{reply['bytes']} bytes, {reply['duration']:.3f} s"
+                   + (", computation stopped" if action == "kcheckpoint" else ""))
     elif action == "checkpoint":
         click.echo(reply.get("note") or f"checkpoint {reply.get('generation')} requested")
     elif action == "kill":

@@ -78,3 +78,38 @@ def test_images_go_to_the_coordinators_ckptdir_by_default(comp, programs, tmp_pa
     assert len(comp.images()) == 1
     assert not list(tmp_path.glob("ckpt_*.dmtcp"))  # not the cwd
     comp.kill_and_wait(proc)
+
+
+def test_kcheckpoint_stops_after_the_dump_and_restarts(comp, programs):
+    proc, out = comp.launch(*programs["counter_single"], "100000", "20")
+    comp.wait_peers(1)
+    wait_for(lambda: last_tick(out) >= 5, what="the program")
+    done = comp.command("-kc").stdout
+    assert "computation stopped" in done
+    assert proc.wait(timeout=TIMEOUT) == 0  # stopped by the checkpoint, not killed
+    stopped_at = last_tick(out)
+    restarted, rout = comp.restart()
+    wait_for(lambda: last_tick(rout) > stopped_at + 3, what="the restarted program")
+    first = int(next(line for line in rout.read_text().splitlines() if line.startswith("tick")).split()[1])
+    assert first == stopped_at + 1  # nothing ran between the dump and the stop
+    comp.kill_and_wait(restarted)
+
+
+def test_coordinator_exit_after_ckpt(tmp_path, programs, no_strays):
+    port_file = tmp_path / "port"
+    coordinator = subprocess.Popen([tool("dmtcp-coordinator"), "-p", "0", "--port-file", str(port_file),
+                                    "--exit-after-ckpt", "-q", "--ckptdir", str(tmp_path)],
+                                   stdin=subprocess.DEVNULL)
+    wait_for(port_file.exists, what="the coordinator")
+    port = port_file.read_text().strip()
+    out = tmp_path / "out"
+    with open(out, "w") as o:
+        proc = subprocess.Popen([tool("dmtcp-launch"), "--join", "-p", port,
+                                 *programs["counter_single"], "100000", "20"],
+                                stdin=subprocess.DEVNULL, stdout=o)
+    wait_for(lambda: last_tick(out) >= 5, what="the program")
+    subprocess.run([tool("dmtcp-command"), "-p", port, "-c"], check=True, capture_output=True,
+                   timeout=TIMEOUT)
+    assert proc.wait(timeout=TIMEOUT) == 0
+    assert coordinator.wait(timeout=TIMEOUT) == 0
+    assert len(list(tmp_path.glob("ckpt_counter_single_*.dmtcp"))) == 1
