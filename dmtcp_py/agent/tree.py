@@ -28,7 +28,7 @@ class Tree:
         self.root_pid: int | None = None
         self.exit_status: int | None = None
         self.exited = asyncio.Event()
-        self.hold_reaping = False  # while CRIU runs, its own children are not ours to reap
+        self._hold = False
         self._pidfd: int | None = None
 
     def spawn(self, path: str, argv: list[str], env: dict[str, str]) -> int:
@@ -59,8 +59,19 @@ class Tree:
         self.exited.set()
         self.reap_orphans()
 
+    @property
+    def hold_reaping(self) -> bool:
+        """While CRIU runs, its processes are not ours to reap."""
+        return self._hold
+
+    @hold_reaping.setter
+    def hold_reaping(self, value: bool) -> None:
+        self._hold = value
+        if not value:
+            self.reap_orphans()  # what exited meanwhile
+
     def reap_orphans(self) -> None:
-        if self.hold_reaping:
+        if self._hold:
             return
         try:
             children = psutil.Process().children()

@@ -110,10 +110,12 @@ def _daemonize() -> int:
     """Fork into the background; the foreground parent exits once the
     daemon listens (or reports its error), so callers can rely on it."""
     rfd, wfd = os.pipe()
-    if os.fork() > 0:
+    middle = os.fork()
+    if middle > 0:
         os.close(wfd)
         with os.fdopen(rfd) as r:
             status = r.read().strip()
+        os.waitpid(middle, 0)
         if status.startswith("ok"):
             os._exit(0)
         print(f"dmtcp-coordinator: error: {status[6:] or 'failed to start'}", file=sys.stderr)
