@@ -3,6 +3,7 @@ nothing started or damaged."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -128,3 +129,13 @@ def test_coordinator_port_in_use(no_strays, daemon):
 def test_checkpoint_with_nothing_to_checkpoint(comp):
     one_line_error([tool("dmtcp-command"), "-p", str(comp.port), "-bc"], "no processes")
     assert json.loads(comp.command("-s", "--json").stdout)["num_peers"] == 0
+
+
+def test_wrong_token_is_refused(comp):
+    res = subprocess.run([tool("dmtcp-command"), "-p", str(comp.port), "-s"],
+                         env={**os.environ, "DMTCP_COORD_TOKEN": "not-the-token"},
+                         capture_output=True, text=True, timeout=TIMEOUT)
+    assert res.returncode != 0
+    assert res.stderr.strip().splitlines() == [
+        f"dmtcp-command: error: coordinator at 127.0.0.1:{comp.port} refused us: wrong computation token"]
+    assert comp.status()["num_peers"] == 0  # and it still serves the right token
