@@ -16,9 +16,10 @@ noise from other users of the machine hits all of them alike):
                     conv=fdatasync
 
 Our images are fsynced before they are published, CRIU's are not; the table
-therefore also shows raw dump + fsync of its files, for a like-for-like view.
+therefore also shows raw dump + the same fsync step (store.file_sizes), for
+a like-for-like view, and CRIU's own timings from its stats files.
 
-Everything lives under /var/tmp/dmtcp-bench-<pid> (images, logs via
+Everything lives under /var/tmp/dmtcp-bench-<pid>-<random> (images, logs via
 DMTCP_TMPDIR, the test program) and is removed at the end, also on failure
 or Ctrl-C; only processes started here are killed, by pid.  Coordinators use
 ports 7950-7999.  Progress goes to stderr, the table to stdout.
@@ -36,6 +37,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,9 +47,11 @@ import pycriu.images
 
 from dmtcp_py.client import CoordinatorClient, coordinator_alive
 from dmtcp_py.errors import UserError
+from dmtcp_py.images import store
 from dmtcp_py.paths import criu_binary, run_dir
 
 PORTS = range(7950, 8000)
+BENCH_PARENT = "/var/tmp"   # on the disk images normally go to, unlike a tmpfs /tmp
 READY_TIMEOUT = 60.0        # the program filled its memory and is under control
 OP_TIMEOUT = 120.0          # one checkpoint, restart, dump, restore or dd
 EXIT_TIMEOUT = 20.0         # a process we stopped goes away
@@ -99,8 +103,8 @@ def progress(text: str) -> None:
 
 @dataclass
 class Workspace:
-    base: Path
     keep_logs: bool = False
+    base: Path | None = None    # set once created: only then is there anything to remove
     children: list[subprocess.Popen] = field(default_factory=list)
     adopted: list[psutil.Process] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)
@@ -110,7 +114,7 @@ class Workspace:
         return self.base / "run"
 
     def create(self) -> None:
-        self.base.mkdir(mode=0o700)
+        self.base = Path(tempfile.mkdtemp(prefix=f"dmtcp-bench-{os.getpid()}-", dir=BENCH_PARENT))
         self.run_dir.mkdir()
         # logs, tokens and run files of every command we start go here
         os.environ["DMTCP_TMPDIR"] = str(self.run_dir)
@@ -139,8 +143,7 @@ class Workspace:
     def cleanup(self) -> None:
         for port in self.ports:
             if coordinator_alive("127.0.0.1", port):
-                subprocess.run([str(BIN / "dmtcp-command"), "-p", str(port), "-q"],
-                               capture_output=True, timeout=EXIT_TIMEOUT, check=False)
+                _quit_coordinator(port)
         for proc in self.adopted:
             _kill(proc)
         for child in self.children:
@@ -150,6 +153,8 @@ class Workspace:
         for port in self.ports:
             if coordinator_alive("127.0.0.1", port):
                 progress(f"warning: a coordinator still answers on port {port}")
+        if self.base is None:
+            return
         if self.keep_logs:
             for entry in self.base.iterdir():
                 if entry != self.run_dir:
@@ -157,6 +162,14 @@ class Workspace:
             progress(f"logs kept in {self.run_dir}")
         else:
             _remove(self.base)
+
+
+def _quit_coordinator(port: int) -> None:
+    try:
+        subprocess.run([str(BIN / "dmtcp-command"), "-p", str(port), "-q"],
+                       capture_output=True, timeout=EXIT_TIMEOUT, check=False)
+    except subprocess.TimeoutExpired:
+        pass  # reported below as still answering
 
 
 def _port_free(port: int) -> bool:
@@ -173,7 +186,7 @@ def _kill(proc: psutil.Process) -> None:
         if proc.is_running():  # same pid and start time: still the one we adopted
             proc.kill()
             proc.wait(EXIT_TIMEOUT)
-    except psutil.NoSuchProcess:
+    except psutil.Error:      # gone already, or will not die: nothing more we may do
         pass
 
 
@@ -201,7 +214,7 @@ def run_checked(argv: list[str], timeout: float = OP_TIMEOUT) -> str:
     """Run a command to completion; its stdout, or BenchError with its stderr."""
     try:
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=timeout)
+                              timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         raise BenchError(f"{' '.join(argv)}: no answer in {timeout:.0f} s") from None
     if proc.returncode != 0:
@@ -237,15 +250,6 @@ def printed_ready(out: Path) -> bool:
         return False
 
 
-def fsync_files(directory: Path) -> None:
-    for entry in directory.iterdir():
-        fd = os.open(entry, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 # ---- our side: coordinator, launch, checkpoint, restart -------------------------
 
 @dataclass
@@ -276,7 +280,7 @@ def command(port: int, *flags: str) -> str:
 
 
 def start_ours(ws: Workspace, argv: list[str], out: Path, what: str) -> Computation:
-    """Run dmtcp-launch or dmtcp-restart (argv after the port option) on a
+    """Run argv (dmtcp-launch or dmtcp-restart and its arguments) with a
     port of ours; return once the program is under control and running."""
     port = ws.free_port()
     agent = ws.spawn([str(BIN / argv[0]), "-p", str(port), *argv[1:]], out)
@@ -294,6 +298,7 @@ def start_ours(ws: Workspace, argv: list[str], out: Path, what: str) -> Computat
 
 def launch(ws: Workspace, program: Path, size_mib: int, ckptdir: Path) -> Computation:
     out = ws.base / "launch.out"
+    out.unlink(missing_ok=True)   # left by the previous round
     comp = start_ours(ws, ["dmtcp-launch", "--ckptdir", str(ckptdir), str(program),
                            str(size_mib)], out, "the launched program")
     wait_until(lambda: printed_ready(out), "the launched program to be ready", READY_TIMEOUT)
@@ -376,10 +381,15 @@ def raw_restore(images: Path) -> int:
 
 def dd(target: Path, size_mib: int, *conv: str) -> None:
     run_checked(["dd", "if=/dev/zero", f"of={target}", "bs=1M", f"count={size_mib}", *conv])
-    target.unlink()
 
 
 # ---- the rounds: every measurement once per round ----------------------------------
+#
+# Both programs are fresh in every round and alive during both dumps, and
+# both restored programs are alive until both restores are done, so that
+# ours and raw CRIU meet the same memory state.  Which goes first alternates
+# between rounds: in this VM the same 1 GiB dump took CRIU from 0.7 to 2.5 s
+# (its own frozen_time), apparently depending on what ran just before.
 
 @dataclass
 class Samples:
@@ -390,70 +400,93 @@ class Samples:
         self.values.setdefault(key, []).append(seconds)
 
 
-def measure_ours(ws: Workspace, comp: Computation, ckptdir: Path, samples: Samples) -> Computation:
-    """Checkpoint the computation, kill it, restart it from that image;
-    return the restarted computation (the next round checkpoints it, so
-    generations accumulate as in real use)."""
-    stats = run_dir()
-    samples.add("cli", timed(command, comp.port, "-s")[0])
+def checkpoint_ours(comp: Computation, samples: Samples) -> None:
     settle()
     wall, reported = timed(our_checkpoint, comp)
     samples.add("ckpt", wall)
     samples.add("ckpt_reported", reported)
-    samples.add("ckpt_frozen", criu_seconds(stats / "stats-dump", "dump", "frozen_time"))
+    samples.add("ckpt_frozen", criu_seconds(run_dir() / "stats-dump", "dump", "frozen_time"))
     progress(f"  ours: checkpoint {wall:.3f} s (coordinator says {reported:.3f} s)")
-    stop(comp)
-    image = image_of(ckptdir)
-    samples.image_bytes = sum(f.stat().st_size for f in image.iterdir())
-    settle()
-    wall, comp = timed(restart, ws, image)
-    samples.add("restart", wall)
-    samples.add("restart_criu", criu_seconds(stats / "stats-restore", "restore", "restore_time"))
-    progress(f"  ours: restart {wall:.3f} s")
-    return comp
 
 
-def measure_raw(ws: Workspace, program: Path, size_mib: int, samples: Samples) -> None:
-    images = ws.base / "raw"
-    direct = start_direct(ws, program, size_mib)
+def dump_raw(direct: subprocess.Popen, images: Path, samples: Samples) -> None:
     settle()
     dump_s = timed(raw_dump, direct.pid, images)[0]
-    fsync_s = timed(fsync_files, images)[0]
+    fsync_s = timed(store.file_sizes, images)[0]   # the step that makes our images durable
     samples.add("raw_dump", dump_s)
     samples.add("raw_dump_fsync", dump_s + fsync_s)
     samples.add("raw_frozen", criu_seconds(images / "stats-dump", "dump", "frozen_time"))
     progress(f"  raw:  dump {dump_s:.3f} s (+ fsync {fsync_s:.3f} s)")
-    direct.kill()        # the restored process takes the same pid
-    direct.wait(EXIT_TIMEOUT)
+
+
+def restart_ours(ws: Workspace, image: Path, samples: Samples) -> Computation:
     settle()
-    restore_s, pid = timed(raw_restore, images)
-    samples.add("raw_restore", restore_s)
+    wall, comp = timed(restart, ws, image)
+    samples.add("restart", wall)
+    samples.add("restart_criu", criu_seconds(run_dir() / "stats-restore", "restore",
+                                             "restore_time"))
+    progress(f"  ours: restart {wall:.3f} s")
+    return comp
+
+
+def restore_raw(ws: Workspace, images: Path, samples: Samples) -> psutil.Process:
+    settle()
+    seconds, pid = timed(raw_restore, images)
+    samples.add("raw_restore", seconds)
     samples.add("raw_restore_criu", criu_seconds(images / "stats-restore", "restore",
                                                  "restore_time"))
-    progress(f"  raw:  restore {restore_s:.3f} s")
-    _kill(ws.adopt(pid))
-    _remove(images)
+    progress(f"  raw:  restore {seconds:.3f} s")
+    return ws.adopt(pid)
+
+
+def in_order(ours_first: bool, ours, raw) -> tuple:
+    """Call ours() and raw() in the given order; return their results as
+    (ours, raw)."""
+    if ours_first:
+        ours_result = ours()
+        return ours_result, raw()
+    raw_result = raw()
+    return ours(), raw_result
 
 
 def measure_dd(ws: Workspace, size_mib: int, samples: Samples) -> None:
+    target = ws.base / "ddfile"
     for key, conv in (("dd", ()), ("dd_sync", ("conv=fdatasync",))):
         settle()
-        seconds = timed(dd, ws.base / "ddfile", size_mib, *conv)[0]
+        seconds = timed(dd, target, size_mib, *conv)[0]
+        target.unlink()    # not timed: unlinking 1 GiB costs ~0.5 s on this disk
         samples.add(key, seconds)
         progress(f"  dd {' '.join(conv) or '(page cache)'}: {seconds:.3f} s")
 
 
+def one_round(ws: Workspace, program: Path, size_mib: int, ours_first: bool,
+              samples: Samples) -> None:
+    ckptdir, images = ws.base / "ckpt", ws.base / "raw"
+    comp = launch(ws, program, size_mib, ckptdir)
+    direct = start_direct(ws, program, size_mib)
+    samples.add("cli", timed(command, comp.port, "-s")[0])
+    in_order(ours_first, lambda: checkpoint_ours(comp, samples),
+             lambda: dump_raw(direct, images, samples))
+    stop(comp)
+    direct.kill()        # the restored processes take the same pids
+    direct.wait(EXIT_TIMEOUT)
+    image = image_of(ckptdir)
+    samples.image_bytes = sum(f.stat().st_size for f in image.iterdir())
+    comp, restored = in_order(ours_first, lambda: restart_ours(ws, image, samples),
+                              lambda: restore_raw(ws, images, samples))
+    stop(comp)
+    _kill(restored)
+    measure_dd(ws, size_mib, samples)
+    _remove(ckptdir)
+    _remove(images)
+
+
 def run_rounds(ws: Workspace, program: Path, size_mib: int, runs: int) -> Samples:
     samples = Samples()
-    ckptdir = ws.base / "ckpt"
-    progress(f"launching the {size_mib} MiB program")
-    comp = launch(ws, program, size_mib, ckptdir)
-    for index in range(1, runs + 1):
-        progress(f"round {index} of {runs}")
-        comp = measure_ours(ws, comp, ckptdir, samples)
-        measure_raw(ws, program, size_mib, samples)
-        measure_dd(ws, size_mib, samples)
-    stop(comp)
+    for index in range(runs):
+        ours_first = index % 2 == 0
+        progress(f"round {index + 1} of {runs} ({'ours' if ours_first else 'raw CRIU'} first)")
+        one_round(ws, program, size_mib, ours_first, samples)
     return samples
 
 
@@ -467,13 +500,14 @@ ROWS = (
     ("restart", "(b) ours: dmtcp-restart until under control"),
     ("restart_criu", "    ours: CRIU restore_time (stats-restore)"),
     ("raw_dump", "(c) raw: criu dump --leave-running"),
-    ("raw_dump_fsync", "    raw: criu dump + fsync of its files"),
+    ("raw_dump_fsync", "    raw: criu dump + fsync (our store.file_sizes)"),
     ("raw_frozen", "    raw: CRIU frozen_time (stats-dump)"),
     ("raw_restore", "(d) raw: criu restore -d"),
     ("raw_restore_criu", "    raw: CRIU restore_time (stats-restore)"),
     ("dd", "(e) dd bs=1M (page cache)"),
     ("dd_sync", "(e) dd bs=1M conv=fdatasync"),
 )
+NOT_DATA = {"cli"}   # rows that move no image data: no MiB/s
 COMPARISONS = (
     ("checkpoint", "ckpt", "raw_dump"),
     ("checkpoint vs fsynced raw dump", "ckpt", "raw_dump_fsync"),
@@ -482,14 +516,14 @@ COMPARISONS = (
 
 
 def table(samples: Samples, size_mib: int, runs: int) -> str:
-    lines = [f"{size_mib} MiB of touched memory, {runs} runs; images "
-             f"{samples.image_bytes / 2**20:.1f} MiB; seconds",
+    lines = [(f"{size_mib} MiB of touched memory, {runs} runs; images "
+              f"{samples.image_bytes / 2**20:.1f} MiB; seconds"),
              f"{'measurement':<50} {'median':>8} {'min':>8} {'max':>8} {'MiB/s':>8}"]
     for key, label in ROWS:
         vals = samples.values[key]
         med = statistics.median(vals)
-        lines.append(f"{label:<50} {med:8.3f} {min(vals):8.3f} {max(vals):8.3f} "
-                     f"{size_mib / med:8.0f}")
+        rate = "" if key in NOT_DATA else f"{size_mib / med:.0f}"
+        lines.append(f"{label:<50} {med:8.3f} {min(vals):8.3f} {max(vals):8.3f} {rate:>8}")
     lines.append("")
     lines.append(f"target: ours <= {TARGET_FACTOR}x raw CRIU + {TARGET_SLACK} s (medians)")
     for name, ours, raw in COMPARISONS:
@@ -524,12 +558,12 @@ def main() -> int:
         print("bench_checkpoint: error: run as root (CRIU needs it)", file=sys.stderr)
         return 1
     signal.signal(signal.SIGTERM, _terminate)
-    ws = Workspace(Path(f"/var/tmp/dmtcp-bench-{os.getpid()}"), keep_logs=args.keep_logs)
+    ws = Workspace(keep_logs=args.keep_logs)
     try:
         ws.create()
         program = compile_program(ws.base)
         samples = run_rounds(ws, program, args.size_mib, args.runs)
-    except BenchError as exc:
+    except (BenchError, subprocess.TimeoutExpired) as exc:
         print(f"bench_checkpoint: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -160,10 +160,32 @@ def restore(images_dir: Path, log_path: Path, *, inherit: list[tuple[int, str]],
         session.close()
 
 
+_versions: dict[tuple, str] = {}
+
+
 def version() -> str:
+    """CRIU's version, for the manifest.  Asked of the binary once per
+    installed build of it (path, device, inode, mtime), not at every
+    checkpoint: `criu --version` is a fork and exec, 6-9 ms here.  A failure
+    to tell is not remembered."""
+    path = criu_binary()
     try:
-        out = subprocess.run([criu_binary(), "--version"], capture_output=True, text=True,
-                             timeout=10).stdout
+        st = os.stat(path)
+    except OSError:
+        return "unknown"
+    key = (path, st.st_dev, st.st_ino, st.st_mtime_ns)
+    if key not in _versions:
+        found = _ask_version(path)
+        if found == "unknown":
+            return found
+        _versions[key] = found
+    return _versions[key]
+
+
+def _ask_version(path: str) -> str:
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True,
+                             timeout=10, check=False).stdout
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     for line in out.splitlines():
