@@ -59,6 +59,8 @@ class Agent:
         self.stopped_by_checkpoint = False
         self.busy = asyncio.Lock()
         self.relays: list[stdio.FileRelay] = []
+        self._expired: list[Path] = []
+        self._cleanup: asyncio.Future | None = None
 
     # ---- entry -----------------------------------------------------------
 
@@ -89,6 +91,8 @@ class Agent:
         async with self.busy:  # let a reply to the coordinator go out first
             pass
         listener.cancel()
+        if self._cleanup is not None:
+            await self._cleanup
         for relay in self.relays:
             relay.stop()
         if self.writer:
@@ -244,6 +248,11 @@ class Agent:
         if error:
             reply["error"] = error
         self._send(messages.make("reached", state=target.value, ok=error is None, **reply))
+        if self._expired:
+            # old generations go in the background, off the barriers' path
+            expired, self._expired = self._expired, []
+            self._cleanup = asyncio.get_running_loop().run_in_executor(
+                None, lambda: [store.discard(e) for e in expired])
 
     @staticmethod
     def _live(pids: set[int]) -> set[int]:
@@ -256,6 +265,7 @@ class Agent:
         name = store.image_name(cfg.program, cfg.tree_id)
         final = cfg.ckptdir / name
         partial = store.make_partial(cfg.ckptdir, name, generation)
+        loop = asyncio.get_running_loop()
         log_path = run_dir() / f"criu-dump-{cfg.tree_id}.log"
         started = time.monotonic()
         self.shims.stop_listening()
@@ -269,14 +279,16 @@ class Agent:
             external = stdio.external_ids(io)
             self.tree.hold_reaping = True
             try:
-                await asyncio.get_running_loop().run_in_executor(None, lambda: criu_driver.dump(
+                await loop.run_in_executor(None, lambda: criu_driver.dump(
                     self.tree.root_pid, partial, log_path, leave_running=not stop,
                     external=external))
             finally:
                 self.tree.hold_reaping = False
             if external:
                 criu_driver.unpin_external_files(partial)
-            files = store.file_sizes(partial)
+            # fsync of the images: about a second per GiB; the program is
+            # already running again, the agent's loop must keep serving
+            files = await loop.run_in_executor(None, store.file_sizes, partial)
             m = manifest_mod.Manifest(
                 comp_id=self.comp_id, tree_id=cfg.tree_id, program=cfg.program,
                 argv=list(cfg.argv or (cfg.manifest.argv if cfg.manifest else [])),
@@ -286,7 +298,7 @@ class Agent:
                 num_trees=int(msg.get("num_trees", 1)), stdio=io, external=external,
                 criu_version=criu_driver.version(), files=files)
             m.write(partial)
-            store.publish(partial, final)
+            self._expired = await loop.run_in_executor(None, store.publish, partial, final)
         except BaseException:
             store.discard(partial)
             if not stop:

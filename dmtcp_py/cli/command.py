@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 
@@ -85,7 +86,7 @@ def _print_status(reply: dict, host: str, port: int, as_json: bool, listing: boo
 
 
 def main() -> None:
-    run("dmtcp-command", cli)
+    sys.exit(run("dmtcp-command", cli))
 
 
 if __name__ == "__main__":

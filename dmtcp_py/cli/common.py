@@ -2,8 +2,7 @@
 a coordinator when none answers."""
 from __future__ import annotations
 
-import subprocess
-import sys
+import os
 import tempfile
 from pathlib import Path
 
@@ -29,21 +28,22 @@ def coord_port_option(f, *, help_text="Coordinator port [env DMTCP_COORD_PORT]."
                         help=help_text)(f)
 
 
-def run(name: str, command: click.Command) -> None:
-    """Run a click command; every failure is one line on stderr."""
+def run(name: str, command: click.Command, args: list[str] | None = None) -> int:
+    """Run a click command; every failure is one line on stderr.  Returns
+    the exit code."""
     try:
-        code = command.main(prog_name=name, standalone_mode=False)
+        code = command.main(args=args, prog_name=name, standalone_mode=False)
     except UserError as exc:
         click.echo(f"{name}: error: {exc}", err=True)
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except click.exceptions.Abort:
-        sys.exit(130)
+        return 130
     except click.ClickException as exc:
         click.echo(f"{name}: error: {exc.format_message()} (see --help)", err=True)
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except KeyboardInterrupt:
-        sys.exit(130)
-    sys.exit(code if isinstance(code, int) else 0)
+        return 130
+    return code if isinstance(code, int) else 0
 
 
 def is_local(host: str) -> bool:
@@ -52,17 +52,37 @@ def is_local(host: str) -> bool:
 
 def start_coordinator(port: int, *, interval: float | None = None) -> int:
     """Start a background coordinator (exits with its last client) and
-    return its port.  Fails if the port is taken."""
+    return its port.  Fails if the port is taken.
+
+    Forks this process rather than starting a new interpreter: everything is
+    already imported, which saves a fifth of a second on every launch and
+    restart that needs a coordinator.  Called before any thread exists."""
+    from dmtcp_py.cli import coordinator
+
     with tempfile.TemporaryDirectory(prefix="dmtcp-port-") as tmp:
         port_file = Path(tmp) / "port"
-        argv = [sys.executable, "-m", "dmtcp_py.cli.coordinator", "--daemon", "--exit-on-last",
-                "-q", "--coord-port", str(port), "--port-file", str(port_file)]
+        args = ["--daemon", "--exit-on-last", "-q", "--coord-port", str(port),
+                "--port-file", str(port_file)]
         if interval:
-            argv += ["--interval", str(interval)]
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
-        if proc.returncode != 0:
-            msg = proc.stderr.strip().splitlines()
-            raise UserError(msg[-1].split("error: ", 1)[-1] if msg else "could not start a coordinator")
+            args += ["--interval", str(interval)]
+        errors_r, errors_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.close(errors_r)
+                os.dup2(errors_w, 2)
+                os.close(errors_w)
+                code = run("dmtcp-coordinator", coordinator.cli, args)
+            finally:
+                os._exit(code)
+        os.close(errors_w)
+        with os.fdopen(errors_r) as r:
+            errors = r.read().strip().splitlines()
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0 or not port_file.exists():
+            raise UserError(errors[-1].split("error: ", 1)[-1] if errors
+                            else "could not start a coordinator")
         return int(port_file.read_text())
 
 

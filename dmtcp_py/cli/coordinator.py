@@ -138,7 +138,7 @@ def _report_ready(fd, status: str) -> None:
 
 
 def main() -> None:
-    run("dmtcp-coordinator", cli)
+    sys.exit(run("dmtcp-coordinator", cli))
 
 
 if __name__ == "__main__":

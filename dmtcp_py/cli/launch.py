@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import sys
 import uuid
 from pathlib import Path
 
@@ -11,8 +12,14 @@ import click
 
 from dmtcp_py import __version__, logs
 from dmtcp_py.agent.runner import Agent, AgentConfig
-from dmtcp_py.cli.common import (CONTEXT, coord_host_option, coord_port_option,
-                                 ensure_coordinator, exit_code, run)
+from dmtcp_py.cli.common import (
+    CONTEXT,
+    coord_host_option,
+    coord_port_option,
+    ensure_coordinator,
+    exit_code,
+    run,
+)
 from dmtcp_py.client import resolve_token
 from dmtcp_py.errors import UserError
 from dmtcp_py.paths import shim_library
@@ -71,7 +78,7 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, interval, progra
 
 
 def main() -> None:
-    run("dmtcp-launch", cli)
+    sys.exit(run("dmtcp-launch", cli))
 
 
 if __name__ == "__main__":

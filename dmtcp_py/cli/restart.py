@@ -11,8 +11,14 @@ import click
 from dmtcp_py import __version__, logs
 from dmtcp_py.agent import stdio
 from dmtcp_py.agent.runner import Agent, AgentConfig
-from dmtcp_py.cli.common import (CONTEXT, coord_host_option, coord_port_option, ensure_coordinator,
-                                 exit_code, run)
+from dmtcp_py.cli.common import (
+    CONTEXT,
+    coord_host_option,
+    coord_port_option,
+    ensure_coordinator,
+    exit_code,
+    run,
+)
 from dmtcp_py.client import resolve_token
 from dmtcp_py.errors import UserError
 from dmtcp_py.images import manifest
@@ -81,7 +87,7 @@ def _agent(cfg: AgentConfig) -> int:
 
 
 def main() -> None:
-    run("dmtcp-restart", cli)
+    sys.exit(run("dmtcp-restart", cli))
 
 
 if __name__ == "__main__":

@@ -70,8 +70,12 @@ def file_sizes(partial: Path) -> dict[str, int]:
     return sizes
 
 
-def publish(partial: Path, final: Path) -> None:
-    """Give partial (complete, manifest written) the name final, atomically."""
+def publish(partial: Path, final: Path) -> list[Path]:
+    """Give partial (complete, manifest written) the name final, atomically.
+
+    Returns the generations that fell out of the kept window, already moved
+    out of the way under hidden names: deleting a GiB-sized image takes
+    about half a second here, so the caller does it after replying."""
     os.chmod(partial, 0o700)
     _fsync_path(partial, directory=True)
     parent = final.parent
@@ -79,28 +83,38 @@ def publish(partial: Path, final: Path) -> None:
         old_gen = _generation_of(final)
         _exchange(partial, final)          # final is now the new generation
         keep = parent / f"{final.name}.gen-{old_gen if old_gen is not None else 'old'}"
-        if keep.exists():
-            shutil.rmtree(keep)
+        expired = [_retire(keep)] if keep.exists() else []
         os.rename(partial, keep)           # partial now holds the previous one
-        _prune(final)
+        expired += [_retire(e) for e in _beyond_window(final)]
     else:
         os.rename(partial, final)
+        expired = []
     _fsync_path(parent, directory=True)
+    return expired
 
 
-def _prune(final: Path) -> None:
+def _beyond_window(final: Path) -> list[Path]:
     kept = []
     for entry in final.parent.glob(f"{final.name}.gen-*"):
         suffix = entry.name.rsplit("-", 1)[-1]
         kept.append((int(suffix) if suffix.isdigit() else -1, entry))
     kept.sort()
-    for _, entry in kept[:-KEEP_PREVIOUS] if KEEP_PREVIOUS else kept:
-        shutil.rmtree(entry, ignore_errors=True)
+    return [entry for _, entry in (kept[:-KEEP_PREVIOUS] if KEEP_PREVIOUS else kept)]
 
 
-def discard(partial: Path) -> None:
+def _retire(entry: Path) -> Path:
+    """Rename an expired generation to a hidden name, pending deletion."""
+    hidden = entry.with_name(f".{entry.name}.expired-{os.getpid()}")
+    if hidden.exists():
+        shutil.rmtree(hidden)
+    os.rename(entry, hidden)
+    return hidden
+
+
+def discard(directory: Path) -> None:
+    """Delete a partial or expired generation."""
     try:
-        shutil.rmtree(partial)
+        shutil.rmtree(directory)
     except OSError as exc:
         if exc.errno != errno.ENOENT:
             raise

@@ -177,7 +177,8 @@ def test_publish_first_generation(tmp_path):
 def publish_all(ckptdir, generations):
     final = ckptdir / NAME
     for generation in generations:
-        store.publish(new_generation(ckptdir, generation), final)
+        for expired in store.publish(new_generation(ckptdir, generation), final):
+            store.discard(expired)
     return final
 
 
@@ -199,6 +200,15 @@ def test_third_generation_prunes_to_keep_previous(tmp_path):
     assert generation_of(final) == 3
     assert kept(tmp_path) == [f"{NAME}.gen-2"]
     assert generation_of(tmp_path / f"{NAME}.gen-2") == 2
+
+
+def test_expired_generations_wait_hidden_for_the_caller(tmp_path):
+    final = publish_all(tmp_path, [1, 2])
+    expired = store.publish(new_generation(tmp_path, 3), final)
+    assert [p.name.startswith(f".{NAME}.gen-1.expired") for p in expired] == [True]
+    assert generation_of(expired[0]) == 1  # intact until the caller deletes it
+    assert kept(tmp_path) == sorted([f"{NAME}.gen-2", expired[0].name])
+    assert not list(tmp_path.glob("ckpt_*.dmtcp.gen-1"))
 
 
 def test_pruning_is_numeric(tmp_path):
