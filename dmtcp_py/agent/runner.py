@@ -32,6 +32,10 @@ SHIM_TIMEOUT = 10.0   # a process that does not answer its agent in this time is
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
+class CannotExecute(UserError):
+    exit_code = 126  # as a shell says it
+
+
 @dataclass
 class AgentConfig:
     coord_host: str
@@ -181,7 +185,10 @@ class Agent:
         env["DMTCP_COORD_HOST"] = cfg.coord_host
         env["DMTCP_COORD_PORT"] = str(cfg.coord_port)
         env["DMTCP_CHECKPOINT_DIR"] = str(cfg.ckptdir)
-        pid = self.tree.spawn(cfg.path, cfg.argv, env)
+        try:
+            pid = self.tree.spawn(cfg.path, cfg.argv, env)
+        except OSError as exc:
+            raise CannotExecute(f"cannot run {cfg.path}: {exc.strerror or exc}") from None
         log.info("started %s as pid %d", cfg.argv, pid)
 
     async def _restore(self) -> None:

@@ -139,3 +139,11 @@ def test_wrong_token_is_refused(comp):
     assert res.stderr.strip().splitlines() == [
         f"dmtcp-command: error: coordinator at 127.0.0.1:{comp.port} refused us: wrong computation token"]
     assert comp.status()["num_peers"] == 0  # and it still serves the right token
+
+
+def test_launch_a_file_that_is_not_a_program(tmp_path, no_strays):
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"\x00\x01 not an executable")
+    junk.chmod(0o755)
+    res = one_line_error([tool("dmtcp-launch"), "-p", str(free_port()), str(junk)], "cannot run")
+    assert res.returncode == 126
