@@ -35,15 +35,8 @@ if installed_ok; then
     exit 0
 fi
 
-missing=""
-for p in $BUILD_DEPS; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-    log "installing build dependencies:$missing"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
-fi
+# shellcheck disable=SC2086
+bash "$(dirname "$0")/apt-ensure.sh" $BUILD_DEPS
 
 TMP=$(mktemp -d /tmp/install-criu.XXXXXX)
 chmod 0755 "$TMP"  # apt drops to the _apt user for downloads

@@ -8,16 +8,7 @@ log() { echo "setup: $*" >&2; }
 [ "$(id -u)" = 0 ] || { echo "setup: error: run as root (CRIU needs it)" >&2; exit 1; }
 
 # Runtime and test packages (CRIU's own build deps are in install-criu.sh).
-PKGS="gcc make libc6-dev iproute2 procps"
-missing=""
-for p in $PKGS; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-    log "installing:$missing"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
-fi
+bash scripts/apt-ensure.sh gcc make libc6-dev iproute2 procps bsdutils
 
 bash scripts/install-criu.sh
 

@@ -12,7 +12,8 @@ import subprocess
 from pathlib import Path
 
 import pycriu.images
-from pycriu.criu import CRIUException, criu as CriuRpc
+from pycriu.criu import CRIUException
+from pycriu.criu import criu as CriuRpc
 
 from dmtcp_py.paths import criu_binary
 

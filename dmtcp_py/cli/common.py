@@ -28,6 +28,14 @@ def coord_port_option(f, *, help_text="Coordinator port [env DMTCP_COORD_PORT]."
                         help=help_text)(f)
 
 
+def coordinator_choice_options(f):
+    """-j/--join and --new-coordinator, for the commands that may start one."""
+    f = click.option("--new-coordinator", is_flag=True,
+                     help="Start a new coordinator on the port; fail if one is there.")(f)
+    return click.option("-j", "--join", is_flag=True,
+                        help="Join an existing coordinator; never start one.")(f)
+
+
 def run(name: str, command: click.Command, args: list[str] | None = None) -> int:
     """Run a click command; every failure is one line on stderr.  Returns
     the exit code."""

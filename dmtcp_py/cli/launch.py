@@ -16,6 +16,7 @@ from dmtcp_py.cli.common import (
     CONTEXT,
     coord_host_option,
     coord_port_option,
+    coordinator_choice_options,
     ensure_coordinator,
     exit_code,
     run,
@@ -45,9 +46,7 @@ def resolve_program(prog: str) -> str:
 @click.command(context_settings={**CONTEXT, "allow_interspersed_args": False})
 @coord_host_option
 @coord_port_option
-@click.option("-j", "--join", is_flag=True, help="Join an existing coordinator; never start one.")
-@click.option("--new-coordinator", is_flag=True,
-              help="Start a new coordinator on the port; fail if one is there.")
+@coordinator_choice_options
 @click.option("--ckptdir", metavar="DIR",
               help="Where this tree's images go [env DMTCP_CHECKPOINT_DIR; default: cwd].")
 @click.option("-i", "--interval", type=click.FloatRange(min=0), default=None,

@@ -15,6 +15,7 @@ from dmtcp_py.cli.common import (
     CONTEXT,
     coord_host_option,
     coord_port_option,
+    coordinator_choice_options,
     ensure_coordinator,
     exit_code,
     run,
@@ -27,9 +28,7 @@ from dmtcp_py.images import manifest
 @click.command(context_settings=CONTEXT)
 @coord_host_option
 @coord_port_option
-@click.option("-j", "--join", is_flag=True, help="Join an existing coordinator; never start one.")
-@click.option("--new-coordinator", is_flag=True,
-              help="Start a new coordinator on the port; fail if one is there.")
+@coordinator_choice_options
 @click.option("--ckptdir", metavar="DIR",
               help="Where the next checkpoints go [default: next to each image].")
 @click.version_option(__version__, "--version")

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from dmtcp_py.protocol import messages
 from dmtcp_py.protocol.states import State, next_state
 
-
 # ---- actions the server carries out -------------------------------------
 
 @dataclass(frozen=True)

@@ -8,8 +8,14 @@ import time
 from pathlib import Path
 
 from dmtcp_py.coordinator import restart_script
-from dmtcp_py.coordinator.machine import (CoordinatorMachine, GenerationComplete, Notice,
-                                          ReplyClient, SendAgent, Shutdown)
+from dmtcp_py.coordinator.machine import (
+    CoordinatorMachine,
+    GenerationComplete,
+    Notice,
+    ReplyClient,
+    SendAgent,
+    Shutdown,
+)
 from dmtcp_py.protocol import codec, messages
 
 log = logging.getLogger("coordinator")
