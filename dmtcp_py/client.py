@@ -28,10 +28,11 @@ class CoordinatorClient:
         except OSError as exc:
             raise CoordinatorUnreachable(
                 f"no coordinator at {host}:{port} ({exc.strerror or exc})") from None
-        self.sock.settimeout(timeout)
+        self.sock.settimeout(10.0)  # a coordinator answers hello at once
         self._decoder = codec.Decoder()
         self._pending: list[dict] = []
         welcome = self.request(messages.make("hello", role="client", token=resolve_token(port)))
+        self.sock.settimeout(timeout)
         if welcome["type"] == "refused":
             self.close()
             raise UserError(f"coordinator at {host}:{port} refused us: {welcome['error']}")
@@ -48,10 +49,17 @@ class CoordinatorClient:
         except socket.timeout:
             raise CoordinatorUnreachable(
                 f"coordinator at {self.host}:{self.port} did not answer") from None
+        except (codec.FrameError, messages.MessageError) as exc:
+            raise CoordinatorUnreachable(
+                f"{self.host}:{self.port} is not a dmtcp coordinator ({exc})") from None
         except OSError as exc:
             raise CoordinatorUnreachable(
                 f"lost the coordinator at {self.host}:{self.port}: {exc}") from None
-        return messages.validate(self._pending.pop(0))
+        try:
+            return messages.validate(self._pending.pop(0))
+        except messages.MessageError as exc:
+            raise CoordinatorUnreachable(
+                f"{self.host}:{self.port} is not a dmtcp coordinator ({exc})") from None
 
     def command(self, cmd: str, **fields) -> dict:
         return self.request(messages.make("command", cmd=cmd, **fields))

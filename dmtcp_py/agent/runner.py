@@ -28,6 +28,7 @@ from dmtcp_py.protocol.states import State, TransitionError, check_transition, p
 
 log = logging.getLogger("agent")
 
+JOIN_TIMEOUT = 10.0
 SHIM_TIMEOUT = 10.0   # a process that does not answer its agent in this time is stuck
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -123,7 +124,14 @@ class Agent:
         self._send(messages.make("hello", **hello))
         self._decoder = codec.Decoder()
         self._pending: list[dict] = []
-        reply = await self._recv(reader)
+        try:
+            reply = await asyncio.wait_for(self._recv(reader), JOIN_TIMEOUT)
+        except asyncio.TimeoutError:
+            raise UserError(f"{cfg.coord_host}:{cfg.coord_port} did not answer as a dmtcp "
+                            f"coordinator within {JOIN_TIMEOUT:g} s") from None
+        except (codec.FrameError, messages.MessageError) as exc:
+            raise UserError(f"{cfg.coord_host}:{cfg.coord_port} is not a dmtcp coordinator "
+                            f"({exc})") from None
         if reply is None:
             raise UserError(f"coordinator at {cfg.coord_host}:{cfg.coord_port} closed the connection")
         if reply["type"] == "refused":

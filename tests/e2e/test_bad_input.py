@@ -147,3 +147,35 @@ def test_launch_a_file_that_is_not_a_program(tmp_path, no_strays):
     junk.chmod(0o755)
     res = one_line_error([tool("dmtcp-launch"), "-p", str(free_port()), str(junk)], "cannot run")
     assert res.returncode == 126
+
+
+@pytest.fixture
+def not_a_coordinator():
+    """A port where something else answers (a web server, say)."""
+    import threading
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def answer():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(b"HTTP/1.0 400 Bad Request\r\n\r\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    yield server.getsockname()[1]
+    server.close()
+
+
+def test_command_on_a_port_where_something_else_answers(not_a_coordinator):
+    one_line_error([tool("dmtcp-command"), "-p", str(not_a_coordinator), "-s"],
+                   "is not a dmtcp coordinator")
+
+
+def test_launch_on_a_port_where_something_else_answers(not_a_coordinator, no_strays):
+    one_line_error([tool("dmtcp-launch"), "-p", str(not_a_coordinator), "true"],
+                   "is not a dmtcp coordinator")
