@@ -150,3 +150,28 @@ def test_terminal_program_restarts_on_a_new_terminal(comp, programs, tmp_path):
     assert restarted.returncode == 0, rout.read_text()
     rout.write_text(rout.read_text().replace("\r\n", "\n"))
     assert_continues(rout, before, killed, "counter_single")
+
+
+def test_two_trees_checkpoint_and_restart_together(comp, programs):
+    single, sout = comp.launch(*programs["counter_single"], str(TICKS), str(INTERVAL_MS))
+    pair, pout = comp.launch(*programs["pipe_counter"], str(TICKS), str(INTERVAL_MS))
+    comp.wait_peers(3)
+    wait_for(lambda: last_tick(sout) >= 10 and last_tick(pout) >= 10, what="both programs")
+    before = {sout: last_tick(sout), pout: last_tick(pout)}
+    assert "2 trees" in comp.checkpoint()
+    assert len(comp.images()) == 2
+    comp.command("-k")
+    assert single.wait(timeout=TIMEOUT) != 0 and pair.wait(timeout=TIMEOUT) != 0
+    killed = {sout: last_tick(sout), pout: last_tick(pout)}
+    restarted, rout = comp.restart()  # one script, both trees
+    comp.wait_peers(3)
+    assert comp.status()["num_trees"] == 2
+    assert restarted.wait(timeout=TIMEOUT) == 0, restarted.err_path.read_text()
+    # both programs write into the restart's output; split them by line shape
+    text = rout.read_text().splitlines()
+    for source, is_pair in ((sout, False), (pout, True)):
+        mine = [ln for ln in text if ("child" in ln) == is_pair and ln.startswith("tick")]
+        first = int(mine[0].split()[1])
+        assert before[source] < first <= killed[source] + 1
+        numbers = [int(ln.split()[1]) for ln in mine]
+        assert numbers == list(range(first, TICKS + 1))
