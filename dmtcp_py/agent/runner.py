@@ -33,6 +33,14 @@ SHIM_TIMEOUT = 10.0   # a process that does not answer its agent in this time is
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
+async def _test_hold(state: str) -> None:
+    """For tests: stay in a state for DMTCP_TEST_HOLD_<STATE> seconds, so
+    that a test can look at the processes while they are there."""
+    seconds = float(os.environ.get(f"DMTCP_TEST_HOLD_{state}", "0") or 0)
+    if seconds > 0:
+        await asyncio.sleep(seconds)
+
+
 class CannotExecute(UserError):
     exit_code = 126  # as a shell says it
 
@@ -200,6 +208,7 @@ class Agent:
         log.info("started %s as pid %d", cfg.argv, pid)
 
     async def _restore(self) -> None:
+        self.shims.running = False  # the restored shims wait for RUNNING
         cfg, m = self.cfg, self.cfg.manifest
         assert m is not None and cfg.image is not None
         handover = stdio.prepare(m.stdio, run_dir())
@@ -240,9 +249,15 @@ class Agent:
         error = None
         log.debug("barrier %s: %d processes connected", target.value, len(self.shims.shims))
         if target is State.SUSPENDED:
+            self.shims.running = False
             stuck = await self.shims.request_all(shimlink.SUSPEND, shimlink.SUSPENDED, SHIM_TIMEOUT)
             if stuck:
                 error = f"processes {stuck} did not answer the suspend request"
+            await _test_hold("SUSPENDED")
+        elif target is State.FD_LEADER_ELECTION:
+            stuck = await self.shims.request_all(shimlink.ELECT, shimlink.ELECTED, SHIM_TIMEOUT)
+            if stuck:
+                error = f"processes {stuck} did not answer the election request"
         elif target is State.CHECKPOINTED:
             try:
                 reply["image"] = await self._checkpoint(msg)
@@ -258,6 +273,7 @@ class Agent:
                 log.warning("processes %s did not reconnect", sorted(missing))
         elif target is State.RUNNING:
             await self.shims.request_all(shimlink.RESUME, shimlink.RESUMED, SHIM_TIMEOUT)
+            self.shims.running = True
         self.state = target
         log.debug("reached %s%s", target.value, f" with error: {error}" if error else "")
         if error:

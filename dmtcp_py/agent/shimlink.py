@@ -18,7 +18,7 @@ log = logging.getLogger("agent.shimlink")
 RECORD = struct.Struct("=IHHiiQ")
 MAGIC = 0x444D5443
 VERSION = 1
-HELLO, SUSPEND, SUSPENDED, CHECKPOINT, READY, RESUME, RESUMED = range(1, 8)
+HELLO, SUSPEND, SUSPENDED, CHECKPOINT, READY, RESUME, RESUMED, ELECT, ELECTED = range(1, 10)
 
 
 def pack(type_: int, arg: int = 0) -> bytes:
@@ -39,6 +39,9 @@ class ShimLink:
         self._on_change = on_change
         self._server: asyncio.base_events.Server | None = None
         self._changed = asyncio.Event()
+        # False from SUSPENDED until RUNNING: a shim that says hello while
+        # still suspended outside that window is owed a RESUME at once
+        self.running = True
 
     @property
     def address(self) -> str:
@@ -73,7 +76,12 @@ class ShimLink:
                 if type_ == HELLO:
                     self.shims.add(shim)
                     self._notify()
+                    if arg and self.running:
+                        log.warning("pid %d came back suspended after the checkpoint; resuming it", pid)
+                        writer.write(pack(RESUME))
                 else:
+                    if type_ == SUSPENDED and arg:
+                        log.warning("pid %d: %d threads would not stop", pid, arg)
                     shim.replies.put_nowait(type_)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -95,7 +103,9 @@ class ShimLink:
         except ConnectionError:
             return False
         got = await shim.replies.get()
-        if got != answer:
+        while got is not None and got != answer:  # a stale answer (see running)
+            got = await shim.replies.get()
+        if got is None:
             return False
         if then_eof:
             while await shim.replies.get() is not None:

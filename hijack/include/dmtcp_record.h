@@ -5,11 +5,19 @@
  *
  * Conversation, as the agent drives it:
  *   shim  -> HELLO            after every (re)connect
- *   agent -> SUSPEND          shim answers SUSPENDED
+ *   agent -> SUSPEND          shim stops every other thread of its process
+ *                             (arg of the answer: threads that would not
+ *                             stop), answers SUSPENDED
+ *   agent -> ELECT            shim makes itself owner (F_SETOWN) of every
+ *                             socket, answers ELECTED
  *   agent -> CHECKPOINT       shim answers READY, closes, and keeps trying
  *                             to reconnect (CRIU must see no fd that leads
  *                             outside the tree while it dumps)
- *   agent -> RESUME           shim answers RESUMED
+ *   agent -> RESUME           shim restores socket owners, releases its
+ *                             threads, answers RESUMED
+ *
+ * HELLO's arg is 1 when the process is still suspended (it reconnects after
+ * a dump or a restore): the agent then owes it a RESUME.
  *
  * The Python side mirrors this layout in dmtcp_py/agent/shimlink.py.
  */
@@ -23,6 +31,8 @@
 
 /* Environment: the agent's socket ("@name" means the abstract namespace). */
 #define DMTCP_ENV_AGENT_SOCK "DMTCP_AGENT_SOCK"
+/* Environment: the reserved signal's number, if not the default. */
+#define DMTCP_ENV_SIGCKPT "DMTCP_SIGCKPT"
 
 enum dmtcp_record_type {
     DMTCP_REC_HELLO = 1,
@@ -32,6 +42,8 @@ enum dmtcp_record_type {
     DMTCP_REC_READY = 5,
     DMTCP_REC_RESUME = 6,
     DMTCP_REC_RESUMED = 7,
+    DMTCP_REC_ELECT = 8,
+    DMTCP_REC_ELECTED = 9,
 };
 
 struct dmtcp_record {

@@ -4,6 +4,10 @@
 
 #include "dmtcp_record.h"
 
+/* Wrappers of libc functions must be visible to interpose; everything else
+ * in the shim is hidden (-fvisibility=hidden). */
+#define SHIM_EXPORT __attribute__((visibility("default")))
+
 /*
  * The shim's own fds live at the top of the fd table, below the soft
  * RLIMIT_NOFILE, so that they do not take the numbers a program expects
@@ -20,5 +24,35 @@ void channel_close(int fd);
 
 /* ckpt_thread.c */
 void ckpt_thread_start(void);
+
+/* real.c: the only dlsym(RTLD_NEXT) cache; resolved on first use. */
+#include <pthread.h>
+#include <signal.h>
+int real_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
+int real_sigprocmask(int how, const sigset_t *set, sigset_t *old);
+int real_pthread_sigmask(int how, const sigset_t *set, sigset_t *old);
+int real_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
+
+/* suspend.c: stopping and releasing the program's threads. */
+int suspend_signal(void);            /* the reserved signal */
+void suspend_init(void);             /* install the handler (constructor) */
+int suspend_all(void);               /* returns threads that would not stop */
+void resume_all(void);
+int suspend_active(void);
+void gate_enter(void);               /* around thread creation and fork */
+void gate_leave(void);
+void gate_after_fork_child(void);
+
+/* procdir.c: call fn for every numeric entry of a /proc directory
+ * (except the fd used to read it); raw system calls only. */
+int procdir_each(const char *path, void (*fn)(int num, void *ctx), void *ctx);
+
+/* ckpt_thread.c: this process's agent connection, or -1. */
+int shim_agent_fd(void);
+
+/* fdowner.c: F_GETOWN of every socket, saved, elected, restored. */
+void fdowner_save(void);
+void fdowner_elect(void);
+void fdowner_restore(void);
 
 #endif

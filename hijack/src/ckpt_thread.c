@@ -37,12 +37,30 @@ static void pause_ms(long ms)
         ;
 }
 
+/* A process left suspended by a checkpoint whose agent never comes back
+ * must not stay frozen for ever: after this much time spent running and
+ * retrying, it lets its threads go. */
+#define ORPHANED_SUSPEND_MS 30000
+
+int shim_agent_fd(void)
+{
+    return agent_fd;
+}
+
+static void release_threads(void)
+{
+    fdowner_restore();
+    resume_all();
+}
+
 static int connect_with_backoff(void)
 {
     long waited = 0, step = 1;
     int fd;
 
     for (;;) {
+        if (suspend_active() && waited >= ORPHANED_SUSPEND_MS)
+            release_threads();
         pthread_mutex_lock(&conn_lock);
         fd = channel_connect();
         if (fd >= 0)
@@ -63,20 +81,36 @@ static void serve(int fd)
 {
     struct dmtcp_record rec;
 
-    if (channel_send(fd, DMTCP_REC_HELLO, 0) < 0)
+    if (channel_send(fd, DMTCP_REC_HELLO, (uint64_t)suspend_active()) < 0)
         goto out;
     for (;;) {
         if (channel_recv(fd, &rec) <= 0)
             goto out;
         switch (rec.type) {
-        case DMTCP_REC_SUSPEND:
-            if (channel_send(fd, DMTCP_REC_SUSPENDED, 0) < 0)
+        case DMTCP_REC_SUSPEND: {
+            int stuck;
+
+            fdowner_save();
+            stuck = suspend_all();
+            if (channel_send(fd, DMTCP_REC_SUSPENDED, (uint64_t)stuck) < 0)
+                goto out;
+            break;
+        }
+        case DMTCP_REC_ELECT:
+            fdowner_elect();
+            if (channel_send(fd, DMTCP_REC_ELECTED, 0) < 0)
                 goto out;
             break;
         case DMTCP_REC_CHECKPOINT:
+            /* stay suspended: the agent dumps us, then we come back */
             channel_send(fd, DMTCP_REC_READY, 0);
-            goto out;
+            pthread_mutex_lock(&conn_lock);
+            agent_fd = -1;
+            channel_close(fd);
+            pthread_mutex_unlock(&conn_lock);
+            return;
         case DMTCP_REC_RESUME:
+            release_threads();
             if (channel_send(fd, DMTCP_REC_RESUMED, 0) < 0)
                 goto out;
             break;
@@ -85,6 +119,8 @@ static void serve(int fd)
         }
     }
 out:
+    /* the agent is gone in the middle: never leave the program stopped */
+    release_threads();
     pthread_mutex_lock(&conn_lock);
     agent_fd = -1;
     channel_close(fd);
@@ -98,7 +134,7 @@ static void *ckpt_thread_main(void *unused)
     (void)unused;
     /* the program's signals are for the program's threads */
     sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    real_pthread_sigmask(SIG_BLOCK, &all, NULL); /* the wrapper would keep one */
     prctl(PR_SET_NAME, "dmtcp_ckpt", 0, 0, 0);
     for (;;)
         serve(connect_with_backoff());
@@ -113,26 +149,31 @@ void ckpt_thread_start(void)
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 64 * 1024);
-    pthread_create(&tid, &attr, ckpt_thread_main, NULL);
+    real_pthread_create(&tid, &attr, ckpt_thread_main, NULL);
     pthread_attr_destroy(&attr);
 }
 
 /* In a forked child only the forking thread exists: the parent's
  * connection is a copy that belongs to the parent, so drop it and give the
  * child a checkpoint thread of its own. */
+/* fork waits while the process is suspended (the gate), and never copies
+ * a half-made agent connection (conn_lock); always in this order. */
 static void atfork_prepare(void)
 {
+    gate_enter();
     pthread_mutex_lock(&conn_lock);
 }
 
 static void atfork_parent(void)
 {
     pthread_mutex_unlock(&conn_lock);
+    gate_leave();
 }
 
 static void atfork_child(void)
 {
     pthread_mutex_unlock(&conn_lock);
+    gate_after_fork_child();
     if (!shim_enabled)
         return;
     if (agent_fd >= 0) {
@@ -147,6 +188,7 @@ __attribute__((constructor)) static void dmtcp_shim_init(void)
     if (channel_set_address(getenv(DMTCP_ENV_AGENT_SOCK)) < 0)
         return; /* not launched under an agent: stay inert */
     shim_enabled = 1;
+    suspend_init();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     ckpt_thread_start();
 }

@@ -45,15 +45,19 @@ def last_tick(path: Path) -> int:
 class Computation:
     """One coordinator, its checkpoint directory, and what runs under it."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *options: str, env: dict | None = None,
+                 stdin=subprocess.DEVNULL) -> None:
+        """options: more coordinator options; env: its extra environment;
+        stdin=subprocess.PIPE to type console commands into it."""
         self.root = root
         self.ckptdir = root / "ckpt"
         self.ckptdir.mkdir()
         port_file = root / "port"
         self.coordinator = subprocess.Popen(
             [tool("dmtcp-coordinator"), "--coord-port", "0", "--port-file", str(port_file),
-             "--ckptdir", str(self.ckptdir), "-q"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+             "--ckptdir", str(self.ckptdir), "-q", *options],
+            env={**os.environ, **(env or {})}, text=True,
+            stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         wait_for(port_file.exists, what="the coordinator's port file")
         self.port = int(port_file.read_text())
         self._runs = 0
@@ -62,17 +66,18 @@ class Computation:
         self._runs += 1
         return (self.root / f"{self._runs:02d}-{label}.out", self.root / f"{self._runs:02d}-{label}.err")
 
-    def _start(self, label: str, argv: list[str]) -> tuple[subprocess.Popen, Path]:
+    def _start(self, label: str, argv: list[str], env: dict | None = None
+               ) -> tuple[subprocess.Popen, Path]:
         """Output goes to files named after the run; stderr beside it."""
         out, err = self._outputs(label)
         with open(out, "w") as o, open(err, "w") as e:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=o, stderr=e)
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=o, stderr=e, env=env)
         proc.err_path = err
         return proc, out
 
-    def launch(self, *argv: str) -> tuple[subprocess.Popen, Path]:
+    def launch(self, *argv: str, env: dict | None = None) -> tuple[subprocess.Popen, Path]:
         return self._start("launch", [tool("dmtcp-launch"), "--join", "-p", str(self.port),
-                                      "--ckptdir", str(self.ckptdir), *argv])
+                                      "--ckptdir", str(self.ckptdir), *argv], env=env)
 
     def restart(self) -> tuple[subprocess.Popen, Path]:
         """Run the generated restart script, as a user would."""
@@ -109,5 +114,6 @@ class Computation:
         if self.coordinator.poll() is None:
             self.coordinator.kill()
             self.coordinator.wait()
-        if self.coordinator.stderr:
-            self.coordinator.stderr.close()
+        for stream in (self.coordinator.stdin, self.coordinator.stderr):
+            if stream:
+                stream.close()

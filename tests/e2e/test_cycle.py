@@ -84,7 +84,7 @@ def test_three_cycles_of_a_multiprocess_program(comp, programs):
 
 
 def test_restart_same_images_twice(comp, programs):
-    proc, out = comp.launch(*programs["counter_single"], "60", str(INTERVAL_MS))
+    proc, out = comp.launch(*programs["counter_single"], str(TICKS), str(INTERVAL_MS))
     comp.wait_peers(1)
     before, killed = checkpoint_and_kill(comp, proc, out)
     runs = []
@@ -98,7 +98,7 @@ def test_restart_same_images_twice(comp, programs):
 
 def test_output_through_pipes(comp, programs):
     """The restored program writes into the restarting command's pipe."""
-    cmd = [*programs["counter_single"], "80", str(INTERVAL_MS)]
+    cmd = [*programs["counter_single"], str(TICKS), str(INTERVAL_MS)]
     proc = subprocess.Popen([comp_tool("dmtcp-launch"), "--join", "-p", str(comp.port),
                              "--ckptdir", str(comp.ckptdir), *cmd],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
@@ -112,7 +112,7 @@ def test_output_through_pipes(comp, programs):
                                timeout=TIMEOUT)
     assert restarted.returncode == 0, restarted.stderr
     lines = restarted.stdout.splitlines()
-    assert lines[-1].startswith("done 80")
+    assert lines[-1].startswith(f"done {TICKS}")
     first = int(lines[0].split()[1])
     assert 1 < first <= int(launched[-1].split()[1]) + 1
 
@@ -134,7 +134,7 @@ def test_terminal_program_restarts_on_a_new_terminal(comp, programs, tmp_path):
     with open(out, "w") as o:
         proc = subprocess.Popen(_under_terminal(
             [tool("dmtcp-launch"), "--join", "-p", str(comp.port), *programs["counter_single"],
-             "80", str(INTERVAL_MS)]), stdin=subprocess.DEVNULL, stdout=o, stderr=subprocess.STDOUT)
+             str(TICKS), str(INTERVAL_MS)]), stdin=subprocess.DEVNULL, stdout=o, stderr=subprocess.STDOUT)
     comp.wait_peers(1)
     before, killed = checkpoint_and_kill(comp, proc, out)
     script = str(comp.ckptdir / "dmtcp_restart_script.sh")

@@ -1,0 +1,182 @@
+/*
+ * Stopping every other thread of the process, and letting them go.
+ *
+ * The checkpoint thread takes the gate for writing (so no thread is being
+ * created and no fork is under way), then sends the reserved signal to each
+ * thread listed in /proc/self/task.  The handler counts itself in and
+ * sleeps on a futex until the resume generation changes.  New threads
+ * cannot appear while the gate is held, but a raw clone() could: the task
+ * list is read again until every thread listed has stopped.
+ *
+ * Everything the checkpoint thread does here is a raw system call on static
+ * memory: the stopped threads may hold malloc's or stdio's locks.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+#define MAX_THREADS 8192
+#define STOP_PATIENCE_MS 3000 /* a thread that will not stop in this time is reported */
+
+static int sigckpt;
+static int requested;     /* 1 while a suspension is wanted */
+static int resume_gen;    /* futex word the stopped threads sleep on */
+static int stopped;       /* threads inside the handler */
+static int suspended;     /* the checkpoint thread's view */
+static pthread_rwlock_t gate = PTHREAD_RWLOCK_INITIALIZER;
+static pid_t signalled[MAX_THREADS];
+static int n_signalled;
+
+static long futex(int *word, int op, int val, const struct timespec *timeout)
+{
+    return syscall(SYS_futex, word, op, val, timeout, NULL, 0);
+}
+
+int suspend_signal(void)
+{
+    return sigckpt;
+}
+
+int suspend_active(void)
+{
+    return suspended;
+}
+
+static void handler(int sig, siginfo_t *info, void *ctx)
+{
+    int saved_errno = errno;
+    int gen = __atomic_load_n(&resume_gen, __ATOMIC_ACQUIRE);
+
+    (void)sig;
+    (void)info;
+    (void)ctx;
+    if (__atomic_load_n(&requested, __ATOMIC_ACQUIRE)) {
+        __atomic_add_fetch(&stopped, 1, __ATOMIC_ACQ_REL);
+        futex(&stopped, FUTEX_WAKE_PRIVATE, 1, NULL);
+        while (__atomic_load_n(&resume_gen, __ATOMIC_ACQUIRE) == gen)
+            futex(&resume_gen, FUTEX_WAIT_PRIVATE, gen, NULL);
+        __atomic_sub_fetch(&stopped, 1, __ATOMIC_ACQ_REL);
+    }
+    errno = saved_errno;
+}
+
+void suspend_init(void)
+{
+    struct sigaction sa;
+    const char *env = getenv(DMTCP_ENV_SIGCKPT);
+    sigset_t mine;
+
+    sigckpt = env && atoi(env) > 0 && atoi(env) < NSIG ? atoi(env) : SIGRTMAX - 2;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = handler;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    /* while stopped, no other handler of the program runs in this thread */
+    sigfillset(&sa.sa_mask);
+    real_sigaction(sigckpt, &sa, NULL);
+    /* posix_spawn or the parent may have left it blocked */
+    sigemptyset(&mine);
+    sigaddset(&mine, sigckpt);
+    real_sigprocmask(SIG_UNBLOCK, &mine, NULL);
+}
+
+static int was_signalled(pid_t tid)
+{
+    for (int i = 0; i < n_signalled; i++)
+        if (signalled[i] == tid)
+            return 1;
+    return 0;
+}
+
+struct scan {
+    pid_t self, pid;
+    int others;
+};
+
+static void signal_one(int tid, void *ctx)
+{
+    struct scan *scan = ctx;
+
+    if (tid == scan->self)
+        return;
+    scan->others++;
+    if (!was_signalled(tid) && n_signalled < MAX_THREADS) {
+        signalled[n_signalled++] = tid;
+        syscall(SYS_tgkill, scan->pid, tid, sigckpt);
+    }
+}
+
+/* Signal the threads not yet signalled; return how many threads exist
+ * besides this one. */
+static int signal_new_threads(void)
+{
+    struct scan scan = { (pid_t)syscall(SYS_gettid), (pid_t)syscall(SYS_getpid), 0 };
+
+    if (procdir_each("/proc/self/task", signal_one, &scan) < 0)
+        return -1;
+    return scan.others;
+}
+
+int suspend_all(void)
+{
+    struct timespec step = { 0, 1000000 }; /* 1 ms */
+    int waited = 0, others = 0;
+
+    if (suspended)
+        return 0;
+    pthread_rwlock_wrlock(&gate);
+    n_signalled = 0;
+    __atomic_store_n(&requested, 1, __ATOMIC_RELEASE);
+    for (;;) {
+        int now = __atomic_load_n(&stopped, __ATOMIC_ACQUIRE);
+
+        others = signal_new_threads();
+        if (others < 0 || now >= others || waited >= STOP_PATIENCE_MS)
+            break;
+        futex(&stopped, FUTEX_WAIT_PRIVATE, now, &step);
+        waited++;
+    }
+    suspended = 1;
+    return others > 0 && __atomic_load_n(&stopped, __ATOMIC_ACQUIRE) < others
+               ? others - __atomic_load_n(&stopped, __ATOMIC_ACQUIRE) : 0;
+}
+
+void resume_all(void)
+{
+    if (!suspended)
+        return;
+    __atomic_store_n(&requested, 0, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&resume_gen, 1, __ATOMIC_ACQ_REL);
+    futex(&resume_gen, FUTEX_WAKE_PRIVATE, 0x7fffffff, NULL);
+    suspended = 0;
+    pthread_rwlock_unlock(&gate);
+}
+
+void gate_enter(void)
+{
+    pthread_rwlock_rdlock(&gate);
+}
+
+void gate_leave(void)
+{
+    pthread_rwlock_unlock(&gate);
+}
+
+/* The child of a fork has one thread, which held the gate for reading. */
+void gate_after_fork_child(void)
+{
+    pthread_rwlock_t fresh = PTHREAD_RWLOCK_INITIALIZER;
+
+    gate = fresh;
+    suspended = 0;
+    __atomic_store_n(&requested, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&stopped, 0, __ATOMIC_RELEASE);
+}
