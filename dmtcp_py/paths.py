@@ -35,6 +35,11 @@ def shim_library() -> Path:
     return Path(__file__).resolve().parent.parent / "hijack" / "build" / "libdmtcphijack.so"
 
 
+def tree_init() -> Path:
+    """The static init at the root of every tree, built beside the shim."""
+    return shim_library().parent / "dmtcp_tree_init"
+
+
 def criu_binary() -> str:
     return os.environ.get("DMTCP_CRIU") or "/usr/local/sbin/criu"
 

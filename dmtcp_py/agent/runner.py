@@ -22,7 +22,7 @@ from dmtcp_py.agent.tree import Tree, become_subreaper
 from dmtcp_py.errors import UserError
 from dmtcp_py.images import manifest as manifest_mod
 from dmtcp_py.images import store
-from dmtcp_py.paths import hostname, run_dir, shim_library
+from dmtcp_py.paths import hostname, run_dir, shim_library, tree_init
 from dmtcp_py.protocol import codec, messages
 from dmtcp_py.protocol.states import State, TransitionError, check_transition, parse
 
@@ -201,10 +201,12 @@ class Agent:
         env["DMTCP_COORD_HOST"] = cfg.coord_host
         env["DMTCP_COORD_PORT"] = str(cfg.coord_port)
         env["DMTCP_CHECKPOINT_DIR"] = str(cfg.ckptdir)
+        init = str(tree_init())
         try:
-            pid = self.tree.spawn(cfg.path, cfg.argv, env)
+            pid = self.tree.spawn(init, [init, cfg.path, *cfg.argv], env)
         except OSError as exc:
-            raise CannotExecute(f"cannot run {cfg.path}: {exc.strerror or exc}") from None
+            raise CannotExecute(f"cannot run {init}: {exc.strerror or exc} "
+                                "(run `make setup`)") from None
         log.info("started %s as pid %d", cfg.argv, pid)
 
     async def _restore(self) -> None:
@@ -230,7 +232,7 @@ class Agent:
             self.tree.hold_reaping = False
             handover.close_after_restore()
         self.tree.adopt(pid)
-        self.expected_pids = set(m.pids) if m.peers else set()
+        self.expected_pids = set(m.shim_pids)
         log.info("restored %s (generation %d) as pid %d", cfg.image, m.generation, pid)
         self.state = State.CHECKPOINTED
         self._send(messages.make("reached", state=State.CHECKPOINTED.value, ok=True))
@@ -325,7 +327,7 @@ class Agent:
                 argv=list(cfg.argv or (cfg.manifest.argv if cfg.manifest else [])),
                 host=hostname(), generation=generation, time=time.time(),
                 root_pid=self.tree.root_pid, pids=sorted(p.pid for p in procs),
-                peers=len(parked), agent_socket=self.shims.name,
+                peers=len(parked), shim_pids=sorted(parked), agent_socket=self.shims.name,
                 num_trees=int(msg.get("num_trees", 1)), stdio=io, external=external,
                 criu_version=criu_driver.version(), files=files)
             m.write(partial)

@@ -23,7 +23,7 @@ from dmtcp_py.cli.common import (
 )
 from dmtcp_py.client import resolve_token
 from dmtcp_py.errors import UserError
-from dmtcp_py.paths import shim_library
+from dmtcp_py.paths import shim_library, tree_init
 
 
 class ProgramNotFound(UserError):
@@ -62,8 +62,9 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, interval, progra
     Exits with PROGRAM's exit status.
     """
     path = resolve_program(program)
-    if not shim_library().exists():
-        raise UserError(f"the shim {shim_library()} is not built (run `make setup`)")
+    for part in (shim_library(), tree_init()):
+        if not part.exists():
+            raise UserError(f"{part} is not built (run `make setup`)")
     # None: the coordinator's directory if it has one, else the cwd
     chosen = ckptdir or os.environ.get("DMTCP_CHECKPOINT_DIR")
     port = ensure_coordinator(coord_host, coord_port, join=join, new=new_coordinator,

@@ -36,6 +36,7 @@ class Manifest:
     external: list[str]         # CRIU --external ids given at dump
     criu_version: str
     files: dict[str, int] = field(default_factory=dict)  # name -> size
+    shim_pids: list[int] = field(default_factory=list)  # processes that reconnect
     format: int = FORMAT
 
     @property

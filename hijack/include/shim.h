@@ -32,6 +32,19 @@ int real_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
 int real_sigprocmask(int how, const sigset_t *set, sigset_t *old);
 int real_pthread_sigmask(int how, const sigset_t *set, sigset_t *old);
 int real_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
+#include <spawn.h>
+#include <stdio.h>
+int real_execve(const char *path, char *const argv[], char *const envp[]);
+int real_execvpe(const char *file, char *const argv[], char *const envp[]);
+int real_posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
+                     const posix_spawnattr_t *attr, char *const argv[], char *const envp[]);
+int real_posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+                      const posix_spawnattr_t *attr, char *const argv[], char *const envp[]);
+int real_system(const char *command);
+FILE *real_popen(const char *command, const char *type);
+
+/* wrap_exec.c: remember the shim's environment (constructor). */
+void exec_env_capture(void);
 
 /* suspend.c: stopping and releasing the program's threads. */
 int suspend_signal(void);            /* the reserved signal */

@@ -188,6 +188,7 @@ __attribute__((constructor)) static void dmtcp_shim_init(void)
     if (channel_set_address(getenv(DMTCP_ENV_AGENT_SOCK)) < 0)
         return; /* not launched under an agent: stay inert */
     shim_enabled = 1;
+    exec_env_capture();
     suspend_init();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     ckpt_thread_start();

@@ -7,6 +7,8 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "shim.h"
 
@@ -23,6 +25,12 @@ REAL(sigaction)
 REAL(sigprocmask)
 REAL(pthread_sigmask)
 REAL(pthread_create)
+REAL(execve)
+REAL(execvpe)
+REAL(posix_spawn)
+REAL(posix_spawnp)
+REAL(system)
+REAL(popen)
 
 int real_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
@@ -44,6 +52,38 @@ int real_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(vo
     return resolve_pthread_create() ? resolve_pthread_create()(t, attr, fn, arg) : ENOSYS;
 }
 
+int real_execve(const char *path, char *const argv[], char *const envp[])
+{
+    return resolve_execve() ? resolve_execve()(path, argv, envp) : (errno = ENOSYS, -1);
+}
+
+int real_execvpe(const char *file, char *const argv[], char *const envp[])
+{
+    return resolve_execvpe() ? resolve_execvpe()(file, argv, envp) : (errno = ENOSYS, -1);
+}
+
+int real_posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
+                     const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+    return resolve_posix_spawn() ? resolve_posix_spawn()(pid, path, fa, attr, argv, envp) : ENOSYS;
+}
+
+int real_posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+                      const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+    return resolve_posix_spawnp() ? resolve_posix_spawnp()(pid, file, fa, attr, argv, envp) : ENOSYS;
+}
+
+int real_system(const char *command)
+{
+    return resolve_system() ? resolve_system()(command) : (errno = ENOSYS, -1);
+}
+
+FILE *real_popen(const char *command, const char *type)
+{
+    return resolve_popen() ? resolve_popen()(command, type) : (errno = ENOSYS, NULL);
+}
+
 /* Warm the cache while it is safe to allocate (from the constructor). */
 __attribute__((constructor(101))) static void real_warm(void)
 {
@@ -51,4 +91,10 @@ __attribute__((constructor(101))) static void real_warm(void)
     resolve_sigprocmask();
     resolve_pthread_sigmask();
     resolve_pthread_create();
+    resolve_execve();
+    resolve_execvpe();
+    resolve_posix_spawn();
+    resolve_posix_spawnp();
+    resolve_system();
+    resolve_popen();
 }

@@ -31,7 +31,8 @@ def test_threads_stop_at_suspended_and_run_again(comp, programs):
     proc, out = comp.launch(*programs["busy_threads"], "100000", "10", env=env)
     comp.wait_peers(1)
     wait_for(lambda: last_tick(out) >= 5, what="the program")
-    [pid] = [c.pid for c in psutil.Process(proc.pid).children()]
+    [pid] = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)
+             if c.name() == "busy_threads"]
     busy = lambda: [c for n, c in program_threads(pid).values() if n != "dmtcp_ckpt"]  # noqa: E731
     assert len(busy()) == 4 and "running" in busy()
     ckpt = subprocess.Popen([tool("dmtcp-command"), "-p", str(comp.port), "-bc"],

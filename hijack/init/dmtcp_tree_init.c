@@ -1,0 +1,107 @@
+/*
+ * dmtcp_tree_init: the root of every checkpointed process tree.
+ *
+ * CRIU dumps the descendants of one process.  A process orphaned inside
+ * the program (say the background job of system("cmd &")) is re-parented
+ * to the nearest subreaper; if that were the agent, it would be outside
+ * the dumped tree and silently lost.  So this small program, started by
+ * the agent, is the subreaper: it runs the program as its child, reaps
+ * every orphan, forwards the agent's signals, and exits the way the
+ * program did.  It is linked statically, so LD_PRELOAD does not load the
+ * shim into it and it is not counted as a process of the program.
+ *
+ * usage: dmtcp_tree_init PATH ARGV0 [ARGS...]
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static volatile pid_t program;
+
+static void forward(int sig)
+{
+    if (program > 0)
+        kill(program, sig);
+}
+
+static const int forwarded[] = { SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 };
+/* the terminal sends these to the whole foreground group already */
+static const int ignored[] = { SIGINT, SIGQUIT };
+
+static void set_handlers(int for_child)
+{
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_flags = SA_RESTART;
+    for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++) {
+        sa.sa_handler = for_child ? SIG_DFL : forward;
+        sigaction(forwarded[i], &sa, NULL);
+    }
+    for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++) {
+        sa.sa_handler = for_child ? SIG_DFL : SIG_IGN;
+        sigaction(ignored[i], &sa, NULL);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int report[2], err = 0, status = 0, done = 0;
+    pid_t pid;
+
+    if (argc < 3) {
+        fprintf(stderr, "usage: dmtcp_tree_init PATH ARGV0 [ARGS...]\n");
+        return 2;
+    }
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    set_handlers(0);
+    if (pipe2(report, O_CLOEXEC) != 0)
+        return 2;
+    pid = fork();
+    if (pid < 0)
+        return 2;
+    if (pid == 0) {
+        set_handlers(1);
+        execv(argv[1], argv + 2);
+        err = errno;
+        (void)!write(report[1], &err, sizeof(err));
+        _exit(127);
+    }
+    program = pid;
+    close(report[1]);
+    if (read(report[0], &err, sizeof(err)) == (ssize_t)sizeof(err)) {
+        fprintf(stderr, "dmtcp-launch: error: cannot run %s: %s\n", argv[1], strerror(err));
+        return err == ENOENT ? 127 : 126;
+    }
+    close(report[0]);
+    /* reap everything; leave when the program and every orphan are gone */
+    for (;;) {
+        int st;
+        pid_t w = waitpid(-1, &st, 0);
+
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            break; /* ECHILD */
+        }
+        if (w == program) {
+            status = st;
+            done = 1;
+            program = 0;
+        }
+    }
+    if (!done)
+        return 1;
+    if (WIFSIGNALED(status)) {
+        signal(WTERMSIG(status), SIG_DFL);
+        prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); /* no core file of ours */
+        kill(getpid(), WTERMSIG(status));
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}

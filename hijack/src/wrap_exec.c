@@ -1,0 +1,218 @@
+/*
+ * A new program started from the tree stays in the tree: whatever
+ * environment the program passes to exec or posix_spawn, the shim's
+ * variables are put back (LD_PRELOAD with the shim first, the agent socket,
+ * the coordinator, the reserved signal).  system() and popen() take the
+ * process's own environment, so for them it is repaired in place.
+ *
+ * No malloc: after vfork() the child shares the parent's memory and
+ * allocator locks; new environment arrays live on the stack.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+extern char **environ;
+
+/* NAME=value of each variable to keep, captured at start-up. */
+#define KEPT 8
+static char kept[KEPT][1024];
+static int n_kept;
+static char preload_value[1024]; /* our library's path */
+
+static const char *const kept_names[] = {
+    DMTCP_ENV_AGENT_SOCK, DMTCP_ENV_SIGCKPT, "DMTCP_COORD_HOST", "DMTCP_COORD_PORT",
+    "DMTCP_CHECKPOINT_DIR", "DMTCP_TMPDIR", "DMTCP_LOG_LEVEL",
+};
+
+void exec_env_capture(void)
+{
+    Dl_info info;
+
+    for (size_t i = 0; i < sizeof(kept_names) / sizeof(kept_names[0]) && n_kept < KEPT; i++) {
+        const char *v = getenv(kept_names[i]);
+        if (v && (size_t)snprintf(kept[n_kept], sizeof(kept[0]), "%s=%s", kept_names[i], v)
+                     < sizeof(kept[0]))
+            n_kept++;
+    }
+    if (dladdr((void *)exec_env_capture, &info) && info.dli_fname)
+        snprintf(preload_value, sizeof(preload_value), "%s", info.dli_fname);
+}
+
+static int name_is(const char *entry, const char *name_eq, size_t len)
+{
+    return strncmp(entry, name_eq, len) == 0;
+}
+
+static size_t env_len(char *const *envp)
+{
+    size_t n = 0;
+
+    while (envp && envp[n])
+        n++;
+    return n;
+}
+
+/*
+ * Fill out[] (room for env_len(envp) + KEPT + 2 entries) with envp, our
+ * variables replacing any of the same name, and LD_PRELOAD with the shim
+ * first; preload_buf holds that entry.
+ */
+static char **reassert(char *const *envp, char **out, char *preload_buf, size_t buf_len)
+{
+    size_t n = 0;
+    const char *their_preload = NULL;
+
+    for (size_t i = 0; envp && envp[i]; i++) {
+        int ours = name_is(envp[i], "LD_PRELOAD=", 11);
+
+        for (int k = 0; k < n_kept && !ours; k++) {
+            size_t len = (size_t)(strchr(kept[k], '=') - kept[k]) + 1;
+            ours = name_is(envp[i], kept[k], len);
+        }
+        if (name_is(envp[i], "LD_PRELOAD=", 11))
+            their_preload = envp[i] + 11;
+        if (!ours)
+            out[n++] = envp[i];
+    }
+    for (int k = 0; k < n_kept; k++)
+        out[n++] = kept[k];
+    if (preload_value[0]) {
+        if (their_preload && strstr(their_preload, preload_value))
+            snprintf(preload_buf, buf_len, "LD_PRELOAD=%s", their_preload);
+        else if (their_preload && their_preload[0])
+            snprintf(preload_buf, buf_len, "LD_PRELOAD=%s:%s", preload_value, their_preload);
+        else
+            snprintf(preload_buf, buf_len, "LD_PRELOAD=%s", preload_value);
+        out[n++] = preload_buf;
+    }
+    out[n] = NULL;
+    return out;
+}
+
+#define WITH_ENV(envp, newenv) \
+    char *newenv##_arr[env_len(envp) + KEPT + 2]; \
+    char newenv##_pre[4096]; \
+    char **newenv = reassert(envp, newenv##_arr, newenv##_pre, sizeof(newenv##_pre))
+
+
+SHIM_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+    WITH_ENV(envp, env);
+    return real_execve(path, argv, env);
+}
+
+SHIM_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+    WITH_ENV(envp, env);
+    return real_execvpe(file, argv, env);
+}
+
+SHIM_EXPORT int execv(const char *path, char *const argv[])
+{
+    return execve(path, argv, environ);
+}
+
+SHIM_EXPORT int execvp(const char *file, char *const argv[])
+{
+    return execvpe(file, argv, environ);
+}
+
+/* the variadic forms: collect the arguments on the stack */
+#define COLLECT_ARGS(arg0, argv, then_envp) \
+    size_t argc_ = 1; \
+    va_list ap_; \
+    va_start(ap_, arg0); \
+    while (va_arg(ap_, char *) != NULL) \
+        argc_++; \
+    va_end(ap_); \
+    char *argv[argc_ + 1]; \
+    argv[0] = (char *)(arg0); \
+    va_start(ap_, arg0); \
+    for (size_t i_ = 1; i_ <= argc_; i_++) \
+        argv[i_] = va_arg(ap_, char *); \
+    then_envp; \
+    va_end(ap_)
+
+SHIM_EXPORT int execl(const char *path, const char *arg, ...)
+{
+    COLLECT_ARGS(arg, argv, (void)0);
+    return execve(path, argv, environ);
+}
+
+SHIM_EXPORT int execlp(const char *file, const char *arg, ...)
+{
+    COLLECT_ARGS(arg, argv, (void)0);
+    return execvpe(file, argv, environ);
+}
+
+SHIM_EXPORT int execle(const char *path, const char *arg, ...)
+{
+    char *const *envp;
+
+    COLLECT_ARGS(arg, argv, envp = va_arg(ap_, char *const *));
+    return execve(path, argv, envp);
+}
+
+SHIM_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
+                            const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+    WITH_ENV(envp, env);
+    return real_posix_spawn(pid, path, fa, attr, argv, env);
+}
+
+SHIM_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+                             const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+    WITH_ENV(envp, env);
+    return real_posix_spawnp(pid, file, fa, attr, argv, env);
+}
+
+/* system() and popen() use the process's environment through libc's
+ * internal spawn: repair that environment in place first. */
+static void repair_environ(void)
+{
+    char buf[4096];
+    const char *cur;
+
+    for (int k = 0; k < n_kept; k++) {
+        char *eq = strchr(kept[k], '=');
+        size_t len = (size_t)(eq - kept[k]);
+        char name[64];
+
+        if (len >= sizeof(name))
+            continue;
+        memcpy(name, kept[k], len);
+        name[len] = '\0';
+        if (!getenv(name) || strcmp(getenv(name), eq + 1) != 0)
+            setenv(name, eq + 1, 1);
+    }
+    cur = getenv("LD_PRELOAD");
+    if (preload_value[0] && (!cur || !strstr(cur, preload_value))) {
+        if (cur && cur[0])
+            snprintf(buf, sizeof(buf), "%s:%s", preload_value, cur);
+        else
+            snprintf(buf, sizeof(buf), "%s", preload_value);
+        setenv("LD_PRELOAD", buf, 1);
+    }
+}
+
+SHIM_EXPORT int system(const char *command)
+{
+    repair_environ();
+    return real_system(command);
+}
+
+SHIM_EXPORT FILE *popen(const char *command, const char *type)
+{
+    repair_environ();
+    return real_popen(command, type);
+}
