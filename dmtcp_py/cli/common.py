@@ -78,6 +78,7 @@ def start_coordinator(port: int, *, interval: float | None = None) -> int:
         if pid == 0:
             code = 1
             try:
+                _name_process(b"dmtcp-coord")  # not launch's name in ps/top
                 os.close(errors_r)
                 os.dup2(errors_w, 2)
                 os.close(errors_w)
@@ -92,6 +93,11 @@ def start_coordinator(port: int, *, interval: float | None = None) -> int:
             raise UserError(errors[-1].split("error: ", 1)[-1] if errors
                             else "could not start a coordinator")
         return int(port_file.read_text())
+
+
+def _name_process(name: bytes) -> None:
+    import ctypes
+    ctypes.CDLL(None).prctl(15, ctypes.c_char_p(name), 0, 0, 0)  # PR_SET_NAME
 
 
 def ensure_coordinator(host: str, port: int, *, join: bool, new: bool,
