@@ -131,12 +131,13 @@ class CoordinatorServer:
     # ---- actions -------------------------------------------------------------
 
     def apply(self, actions: list) -> None:
+        frames: dict[int, bytes] = {}  # id(message) -> frame: a broadcast is encoded once
         for action in actions:
             if isinstance(action, (SendAgent, ReplyClient)):
                 target = action.agent_id if isinstance(action, SendAgent) else action.client_id
                 writer = self._writers.get(target)
                 if writer is not None and not writer.is_closing():
-                    writer.write(codec.encode(action.message))
+                    writer.write(self._frame(frames, action.message))
             elif isinstance(action, GenerationComplete):
                 self._write_restart_script(action)
             elif isinstance(action, Notice):
@@ -144,6 +145,15 @@ class CoordinatorServer:
             elif isinstance(action, Shutdown):
                 self.notice(f"exiting: {action.reason}")
                 self.shutdown.set()
+
+    @staticmethod
+    def _frame(frames: dict[int, bytes], message: dict) -> bytes:
+        """The machine sends one message object to every agent of a barrier;
+        the actions list keeps each object alive, so its id is a safe key."""
+        frame = frames.get(id(message))
+        if frame is None:
+            frame = frames[id(message)] = codec.encode(message)
+        return frame
 
     def notice(self, text: str) -> None:
         log.info("%s", text)

@@ -10,6 +10,8 @@ import struct
 
 MAX_FRAME = 1 << 20  # no legitimate message comes close to 1 MiB
 _HEADER = struct.Struct(">I")
+# one encoder for every frame: json.dumps(..., separators=...) builds a new one per call
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
 class FrameError(ValueError):
@@ -17,7 +19,7 @@ class FrameError(ValueError):
 
 
 def encode(message: dict) -> bytes:
-    body = json.dumps(message, separators=(",", ":")).encode()
+    body = _ENCODER.encode(message).encode()
     if len(body) > MAX_FRAME:
         raise FrameError(f"message of {len(body)} bytes exceeds {MAX_FRAME}")
     return _HEADER.pack(len(body)) + body
