@@ -32,12 +32,13 @@ class CoordinatorServer:
         self.ckptdir = ckptdir
         self.quiet = quiet
         self.shutdown = asyncio.Event()
-        self._writers: dict[int, asyncio.StreamWriter] = {}
+        self._conns: dict[int, _Connection] = {}
         self._ids = 0
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self) -> int:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self.connection, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
@@ -49,8 +50,8 @@ class CoordinatorServer:
             ticker.cancel()
             if self._server:
                 self._server.close()
-            for writer in self._writers.values():
-                writer.close()
+            for conn in list(self._conns.values()):
+                conn.close()
 
     async def _tick(self) -> None:
         while True:
@@ -59,55 +60,40 @@ class CoordinatorServer:
 
     # ---- connections -------------------------------------------------------
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def connection(self) -> _Connection:
         self._ids += 1
-        conn_id = self._ids
-        decoder = codec.Decoder()
-        pending: list[dict] = []
-        role = None
-        try:
-            hello = await asyncio.wait_for(self._next(reader, decoder, pending), HELLO_TIMEOUT)
-            if hello is None or hello["type"] != "hello":
-                return
-            if not hmac.compare_digest(hello["token"].encode(), self.token.encode()):
-                writer.write(codec.encode(messages.make("refused", error="wrong computation token")))
-                log.warning("connection %d refused: wrong token", conn_id)
-                return
-            role = hello["role"]
-            self._writers[conn_id] = writer
-            if role == "agent":
-                self.apply(self.machine.agent_joined(conn_id, hello, time.monotonic()))
-                if conn_id not in self.machine.agents:
-                    return  # refused
-            else:
-                writer.write(codec.encode(messages.make(
-                    "welcome", comp_id=self.machine.comp_id, agent_id=conn_id)))
-            while True:
-                msg = await self._next(reader, decoder, pending)
-                if msg is None:
-                    return
-                if role == "agent":
-                    self.apply(self.machine.agent_message(conn_id, msg, time.monotonic()))
-                else:
-                    self._command(conn_id, msg)
-        except (codec.FrameError, messages.MessageError) as exc:
-            log.warning("connection %d closed: %s", conn_id, exc)
-        except (asyncio.TimeoutError, ConnectionError, OSError):
-            pass
-        finally:
-            self._writers.pop(conn_id, None)
-            if role == "agent":
-                self.apply(self.machine.agent_left(conn_id, time.monotonic()))
-            writer.close()
+        return _Connection(self, self._ids)
 
-    @staticmethod
-    async def _next(reader, decoder, pending) -> dict | None:
-        while not pending:
-            data = await reader.read(65536)
-            if not data:
-                return None
-            pending.extend(decoder.feed(data))
-        return messages.validate(pending.pop(0))
+    def handle(self, conn: _Connection, msg: dict) -> None:
+        if conn.role is None:
+            self._hello(conn, msg)
+        elif conn.role == "agent":
+            self.apply(self.machine.agent_message(conn.conn_id, msg, time.monotonic()))
+        else:
+            self._command(conn.conn_id, msg)
+
+    def _hello(self, conn: _Connection, hello: dict) -> None:
+        if hello["type"] != "hello":
+            conn.close(f"{hello['type']!r} before hello")
+            return
+        if not hmac.compare_digest(hello["token"].encode(), self.token.encode()):
+            conn.write(codec.encode(messages.make("refused", error="wrong computation token")))
+            conn.close("wrong token")
+            return
+        conn.role = hello["role"]
+        self._conns[conn.conn_id] = conn
+        if conn.role == "agent":
+            self.apply(self.machine.agent_joined(conn.conn_id, hello, time.monotonic()))
+            if conn.conn_id not in self.machine.agents:
+                conn.close("refused")
+        else:
+            conn.write(codec.encode(messages.make(
+                "welcome", comp_id=self.machine.comp_id, agent_id=conn.conn_id)))
+
+    def lost(self, conn: _Connection) -> None:
+        self._conns.pop(conn.conn_id, None)
+        if conn.role == "agent":
+            self.apply(self.machine.agent_left(conn.conn_id, time.monotonic()))
 
     def _command(self, client_id: int, msg: dict) -> None:
         now = time.monotonic()
@@ -135,9 +121,9 @@ class CoordinatorServer:
         for action in actions:
             if isinstance(action, (SendAgent, ReplyClient)):
                 target = action.agent_id if isinstance(action, SendAgent) else action.client_id
-                writer = self._writers.get(target)
-                if writer is not None and not writer.is_closing():
-                    writer.write(self._frame(frames, action.message))
+                conn = self._conns.get(target)
+                if conn is not None:
+                    conn.write(self._frame(frames, action.message))
             elif isinstance(action, GenerationComplete):
                 self._write_restart_script(action)
             elif isinstance(action, Notice):
@@ -169,3 +155,46 @@ class CoordinatorServer:
                 log.info("wrote %s", path)
         except OSError as exc:
             self.notice(f"could not write the restart script: {exc}")
+
+
+class _Connection(asyncio.Protocol):
+    """One peer's socket: frames in through data_received (a callback, no
+    task or future per read: barriers over a thousand agents are mostly
+    this), messages to the server, frames out."""
+
+    def __init__(self, server: CoordinatorServer, conn_id: int) -> None:
+        self.server = server
+        self.conn_id = conn_id
+        self.role: str | None = None  # set by a valid hello
+        self._decoder = codec.Decoder()
+        self._transport: asyncio.Transport | None = None
+        self._hello_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport) -> None:
+        self._transport = transport
+        self._hello_timer = asyncio.get_running_loop().call_later(
+            HELLO_TIMEOUT, lambda: self.role is None and self.close("no hello"))
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            for message in self._decoder.feed(data):
+                if self._transport is None or self._transport.is_closing():
+                    return
+                self.server.handle(self, messages.validate(message))
+        except (codec.FrameError, messages.MessageError) as exc:
+            self.close(str(exc))
+
+    def connection_lost(self, exc) -> None:
+        if self._hello_timer is not None:
+            self._hello_timer.cancel()
+        self.server.lost(self)
+
+    def write(self, frame: bytes) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(frame)
+
+    def close(self, why: str | None = None) -> None:
+        if why:
+            log.warning("connection %d closed: %s", self.conn_id, why)
+        if self._transport is not None:
+            self._transport.close()
