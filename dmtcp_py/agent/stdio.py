@@ -1,15 +1,16 @@
 """The tree's stdio that leads outside it, and how to hand it back.
 
-The launched tree inherits the agent's fds 0-2.  When those are pipes or
-sockets, CRIU dumps one end whose peer is outside; a plain restore would
-give a pipe with no reader.  We record CRIU's id for each and, at restore,
-pass the restarting agent's own fd for it with inherit_fd, so the restored
-program reads and writes where the restarting command does.  Terminals are
-declared external at dump (tty[rdev:dev]) and handed over the same way, and
-so are regular files (file[mnt_id:inode]): CRIU would otherwise refuse a log
-file that grew since the checkpoint, and the output would not follow the
-restarting command's redirection.  Anything else (/dev/null) is reopened by
-path.
+The launched tree inherits the agent's fds 0-2; a restored tree should read
+and write where the restarting command does.
+- Pipes and sockets: CRIU dumps one end whose peer is outside, and a plain
+  restore would give a pipe with no reader.  We record CRIU's id for it and
+  pass the restarting agent's own fd with inherit_fd.
+- Regular files (a log): declared external at dump (file[mnt_id:inode]) and
+  handed over the same way; CRIU would otherwise reopen the old file, and
+  refuse it if it grew.
+- Terminals: CRIU's shell-job path restores them from criu's stdin, which
+  the agent makes its own terminal (criu_driver).
+- Anything else (/dev/null) is reopened by path.
 """
 from __future__ import annotations
 
@@ -22,22 +23,18 @@ from dmtcp_py.errors import UserError
 def describe() -> dict[str, dict]:
     out = {}
     for fd in (0, 1, 2):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-            st = os.fstat(fd)
-        except OSError:
+        kind = _kind_of(fd)
+        if kind is None:
             continue
-        if stat.S_ISFIFO(st.st_mode):
-            out[str(fd)] = {"kind": "pipe", "key": target}
-        elif stat.S_ISSOCK(st.st_mode):
-            out[str(fd)] = {"kind": "socket", "key": target}
-        elif stat.S_ISCHR(st.st_mode) and os.isatty(fd):
-            out[str(fd)] = {"kind": "tty", "key": f"tty[{st.st_rdev:x}:{st.st_dev:x}]"}
-        elif stat.S_ISREG(st.st_mode):
-            out[str(fd)] = {"kind": "file", "key": f"file[{_mnt_id(fd):x}:{st.st_ino:x}]",
-                            "path": target}
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        st = os.fstat(fd)
+        if kind == "tty":
+            key = f"tty[{st.st_rdev:x}:{st.st_dev:x}]"
+        elif kind == "file":
+            key = f"file[{_mnt_id(fd):x}:{st.st_ino:x}]"
         else:
-            out[str(fd)] = {"kind": "other", "key": target}
+            key = target
+        out[str(fd)] = {"kind": kind, "key": key, "path": target}
     return out
 
 
