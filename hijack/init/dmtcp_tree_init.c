@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -60,6 +61,11 @@ int main(int argc, char **argv)
         return 2;
     }
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    /* A System V IPC namespace of the tree's own: CRIU saves and restores
+     * SysV shared memory, semaphores and message queues (and POSIX message
+     * queues) only for a task tree that has one.  Best effort: without
+     * CAP_SYS_ADMIN the program still runs, its SysV objects unsaved. */
+    (void)unshare(CLONE_NEWIPC);
     set_handlers(0);
     if (pipe2(report, O_CLOEXEC) != 0)
         return 2;
