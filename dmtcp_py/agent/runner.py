@@ -21,7 +21,7 @@ from dmtcp_py.agent.shimlink import ShimLink
 from dmtcp_py.agent.tree import Tree, become_subreaper
 from dmtcp_py.errors import UserError
 from dmtcp_py.images import manifest as manifest_mod
-from dmtcp_py.images import store
+from dmtcp_py.images import shared_files, store, written_files
 from dmtcp_py.paths import hostname, run_dir, shim_library, tree_init
 from dmtcp_py.protocol import codec, messages
 from dmtcp_py.protocol.states import State, TransitionError, check_transition, parse
@@ -213,6 +213,8 @@ class Agent:
         self.shims.running = False  # the restored shims wait for RUNNING
         cfg, m = self.cfg, self.cfg.manifest
         assert m is not None and cfg.image is not None
+        shared_files.restore(m.shared_files, cfg.image)
+        written_files.rollback(m.written_files)
         handover = stdio.prepare(m.stdio, run_dir())
         log_path = run_dir() / f"criu-restore-{m.tree_id}-{os.getpid()}.log"
         loop = asyncio.get_running_loop()
@@ -317,6 +319,13 @@ class Agent:
                     external=external))
             finally:
                 self.tree.hold_reaping = False
+            # the program's threads are still stopped (they go on at
+            # RUNNING): the mapped files are as the dumped memory sees them
+            pids = [p.pid for p in procs]
+            shared = await loop.run_in_executor(None, shared_files.save,
+                                                shared_files.mapped_files(pids), partial)
+            handed_over = {d["path"] for d in io.values()}
+            written = written_files.collect(pids, handed_over | {s["path"] for s in shared})
             if external:
                 criu_driver.unpin_external_files(partial)
             # fsync of the images: about a second per GiB; the program is
@@ -327,7 +336,9 @@ class Agent:
                 argv=list(cfg.argv or (cfg.manifest.argv if cfg.manifest else [])),
                 host=hostname(), generation=generation, time=time.time(),
                 root_pid=self.tree.root_pid, pids=sorted(p.pid for p in procs),
-                peers=len(parked), shim_pids=sorted(parked), agent_socket=self.shims.name,
+                peers=len(parked), shim_pids=sorted(parked), shared_files=shared,
+                written_files=written,
+                agent_socket=self.shims.name,
                 num_trees=int(msg.get("num_trees", 1)), stdio=io, external=external,
                 criu_version=criu_driver.version(), files=files)
             m.write(partial)

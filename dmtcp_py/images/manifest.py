@@ -37,6 +37,8 @@ class Manifest:
     criu_version: str
     files: dict[str, int] = field(default_factory=dict)  # name -> size
     shim_pids: list[int] = field(default_factory=list)  # processes that reconnect
+    shared_files: list[dict] = field(default_factory=list)  # see images.shared_files
+    written_files: list[dict] = field(default_factory=list)  # see images.written_files
     format: int = FORMAT
 
     @property

@@ -85,10 +85,6 @@ KNOWN_GAPS = {
     # glibc's sem_open maps a temporary name it then unlinks: CRIU wants
     # --link-remap, and with --leave-running its restore still fails
     "resb_posix_shm": "CRIU: link remap of sem_open's deleted temporary name",
-    # CRIU does not save the contents of MAP_SHARED file mappings: after a
-    # kill the file holds newer data than the checkpointed processes
-    "resb_file": "contents of shared file mappings are not saved in the image",
-    "resb_devshm": "contents of shared file mappings are not saved in the image",
 }
 
 
