@@ -6,18 +6,23 @@
 # orig tarball.  The machine's apt configuration is never touched: a private
 # sources list, lists and cache directory live in a temporary directory.
 #
+# Our fixes of CRIU bugs met here are applied from scripts/criu-patches/
+# (each says what it fixes); the installed build records which set it has.
+#
 # Result: /usr/local/sbin/criu, and the source tree (with pycriu's generated
 # protobuf modules) kept in $CRIU_SRC_ROOT for `pip install <src>/lib`.
-# Idempotent: does nothing when criu 4.2.x is installed and the source is there.
+# Idempotent: does nothing when criu 4.2.x with these patches is installed.
 set -euo pipefail
 
 CRIU_VERSION=4.2.1
 CRIU_SHA256=29ec0ee09e296479fe7048c80980e8ef1d0684d0b0204c2b101dfea19f6725b9
 CRIU_SRC_ROOT=${CRIU_SRC_ROOT:-/usr/local/src}
 SRC="$CRIU_SRC_ROOT/criu-$CRIU_VERSION"
+PATCH_DIR="$(cd "$(dirname "$0")" && pwd)/criu-patches"
+PATCH_SUM=$(cat "$PATCH_DIR"/*.patch 2>/dev/null | sha256sum | cut -d' ' -f1)
 BUILD_DEPS="libbsd-dev libcap-dev libgnutls28-dev libnet1-dev libnftables-dev
   libnl-3-dev libprotobuf-c-dev libprotobuf-dev pkgconf protobuf-c-compiler
-  protobuf-compiler uuid-dev libaio-dev python3-protobuf gcc make"
+  protobuf-compiler uuid-dev libaio-dev python3-protobuf gcc make patch"
 
 log() { echo "install-criu: $*" >&2; }
 die() { echo "install-criu: error: $*" >&2; exit 1; }
@@ -27,7 +32,19 @@ die() { echo "install-criu: error: $*" >&2; exit 1; }
 installed_ok() {
     [ -x /usr/local/sbin/criu ] &&
         /usr/local/sbin/criu --version 2>/dev/null | grep -q "Version: 4\.2" &&
-        [ -f "$SRC/lib/pycriu/rpc_pb2.py" ]
+        [ -f "$SRC/lib/pycriu/rpc_pb2.py" ] &&
+        [ "$(cat "$SRC/.dmtcp-patches" 2>/dev/null)" = "$PATCH_SUM" ]
+}
+
+apply_patches() {
+    for p in "$PATCH_DIR"/*.patch; do
+        [ -f "$p" ] || continue
+        if patch -d "$SRC" -p1 -R -s -f --dry-run < "$p" >/dev/null 2>&1; then
+            continue  # already applied
+        fi
+        log "applying $(basename "$p")"
+        patch -d "$SRC" -p1 -N -s < "$p" || die "patch $(basename "$p") does not apply"
+    done
 }
 
 if installed_ok; then
@@ -70,9 +87,11 @@ if [ ! -f "$SRC/Makefile" ]; then
     mv "$SRC.partial" "$SRC"
 fi
 
+apply_patches
 log "building criu (about a minute)"
 make -C "$SRC" -j"$(nproc)" criu >"$TMP/build.log" 2>&1 || { tail -n 30 "$TMP/build.log" >&2; die "criu build failed"; }
 make -C "$SRC" lib >>"$TMP/build.log" 2>&1 || { tail -n 30 "$TMP/build.log" >&2; die "pycriu build failed"; }
 install -D -m 0755 "$SRC/criu/criu" /usr/local/sbin/criu
+echo "$PATCH_SUM" > "$SRC/.dmtcp-patches"
 installed_ok || die "installed criu does not report version 4.2"
 log "installed $(/usr/local/sbin/criu --version | head -n1) as /usr/local/sbin/criu"

@@ -108,33 +108,53 @@ _OPEN_TIME_ONLY = (os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_TRUNC | os.O_NO
                    | getattr(os, "O_TMPFILE", 0))
 
 
-def unpin_external_files(images_dir: Path) -> int:
-    """Drop the recorded size of files declared external at dump.
+def _unpin_external_file(entry: dict) -> bool:
+    """A file declared external at dump is the tree's stdio, handed over at
+    restore from the restarting command (inherit_fd): a different file by
+    design.  CRIU's check that it still has its dump-time size could only
+    refuse a good restore, and its dump-time offset would leave a hole in
+    the new output file: output continues in append mode at the end, input
+    keeps its offset."""
+    reg = entry.get("reg")
+    if not (reg and reg.get("ext")):
+        return False
+    reg.pop("size", None)
+    # CRIU reopens the handed-over fd through /proc/self/fd with these
+    # flags: open-time-only ones (say Python's tempfile's O_NOFOLLOW and
+    # O_EXCL) would fail on the magic link or truncate the new file
+    flags = reg.get("flags", 0) & ~_OPEN_TIME_ONLY
+    if flags & os.O_ACCMODE != os.O_RDONLY:
+        flags |= os.O_APPEND
+        reg["pos"] = 0
+    reg["flags"] = flags
+    return True
 
-    They are the tree's stdio, handed over at restore from the restarting
-    command (inherit_fd): a different file by design, so CRIU's check that
-    the file still has its dump-time size can only refuse a good restore,
-    and its dump-time offset would leave a hole in the new output file.
-    Output files therefore continue in append mode at their end; input
-    files keep their offset.  Returns the number of entries changed."""
+
+def _rearm_fired_timerfd(entry: dict) -> bool:
+    """A periodic timerfd that fired while the program was stopped (nobody
+    read it) reports 0 time left; CRIU 4.2.1 restores it with
+    timerfd_settime(0, interval), which disarms it for good (seen here:
+    the restored program never got another expiry).  1 ns left re-arms it;
+    the unread expiry count is restored separately (ticks)."""
+    tfd = entry.get("tfd")
+    if not tfd or not (tfd.get("isec") or tfd.get("insec")):
+        return False
+    if tfd.get("vsec") or tfd.get("vnsec"):
+        return False
+    tfd["vnsec"] = 1
+    return True
+
+
+_FIXES = (_unpin_external_file, _rearm_fired_timerfd)
+
+
+def fix_files_image(images_dir: Path) -> int:
+    """Correct files.img after a dump, each fix for one problem (above).
+    Returns the number of entries changed."""
     path = images_dir / "files.img"
     with open(path, "rb") as f:
         img = pycriu.images.load(f)
-    changed = 0
-    for entry in img["entries"]:
-        reg = entry.get("reg")
-        if not (reg and reg.get("ext")):
-            continue
-        reg.pop("size", None)
-        # CRIU reopens the handed-over fd through /proc/self/fd with these
-        # flags: open-time-only ones (say Python's tempfile's O_NOFOLLOW and
-        # O_EXCL) would fail on the magic link or truncate the new file
-        flags = reg.get("flags", 0) & ~_OPEN_TIME_ONLY
-        if flags & os.O_ACCMODE != os.O_RDONLY:
-            flags |= os.O_APPEND
-            reg["pos"] = 0
-        reg["flags"] = flags
-        changed += 1
+    changed = sum(any([fix(entry) for fix in _FIXES]) for entry in img["entries"])
     if changed:
         tmp = path.with_name(path.name + ".tmp")
         with open(tmp, "wb") as f:

@@ -104,6 +104,7 @@ class Agent:
         async with self.busy:  # let a reply to the coordinator go out first
             pass
         listener.cancel()
+        self.tree.reap_all()
         if self._cleanup is not None:
             await self._cleanup
         for relay in self.relays:
@@ -272,7 +273,7 @@ class Agent:
                 error = f"internal error: {exc!r}"
                 log.exception("checkpoint failed")
         elif target is State.REFILLED:
-            missing = await self.shims.wait_for(self._live(self.expected_pids), SHIM_TIMEOUT)
+            missing = await self.shims.wait_for(self.tree.alive(self.expected_pids), SHIM_TIMEOUT)
             if missing:
                 log.warning("processes %s did not reconnect", sorted(missing))
         elif target is State.RUNNING:
@@ -288,10 +289,6 @@ class Agent:
             expired, self._expired = self._expired, []
             self._cleanup = asyncio.get_running_loop().run_in_executor(
                 None, lambda: [store.discard(e) for e in expired])
-
-    @staticmethod
-    def _live(pids: set[int]) -> set[int]:
-        return {p for p in pids if psutil.pid_exists(p)}
 
     async def _checkpoint(self, msg: dict) -> dict:
         cfg = self.cfg
@@ -326,8 +323,7 @@ class Agent:
                                                 shared_files.mapped_files(pids), partial)
             handed_over = {d["path"] for d in io.values()}
             written = written_files.collect(pids, handed_over | {s["path"] for s in shared})
-            if external:
-                criu_driver.unpin_external_files(partial)
+            criu_driver.fix_files_image(partial)
             # fsync of the images: about a second per GiB; the program is
             # already running again, the agent's loop must keep serving
             files = await loop.run_in_executor(None, store.file_sizes, partial)

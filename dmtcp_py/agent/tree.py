@@ -101,8 +101,35 @@ class Tree:
             pass
         return list(out.values())
 
+    @staticmethod
+    def alive(pids: set[int]) -> set[int]:
+        """The pids that are running (a zombie never reconnects)."""
+        out = set()
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    out.add(pid)
+            except psutil.Error:
+                pass
+        return out
+
     def has_live_processes(self) -> bool:
         return bool(self.processes())
+
+    def reap_all(self, timeout: float = 5.0) -> None:
+        """Before the agent exits: collect every child, zombies included.
+        A killed tree's processes can come back to us as zombies while
+        their threads finish exiting; left unreaped, their pids stay taken
+        and the next restore fails ('Can't fork ...: File exists')."""
+        import time
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                time.sleep(0.005)
 
     def kill(self) -> None:
         for proc in self.processes():
