@@ -12,6 +12,11 @@ pids=()
 
 cleanup() {
     "$BIN/dmtcp-command" -p "$port" -q >/dev/null 2>&1 || true
+    # the coordinator is not our child (--daemon): wait until it is gone
+    for _ in $(seq 1 100); do
+        "$BIN/dmtcp-command" -p "$port" -s >/dev/null 2>&1 || break
+        sleep 0.05
+    done
     for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
     rm -rf "$work"
