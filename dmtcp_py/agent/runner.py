@@ -72,8 +72,8 @@ class Agent:
         self.stopped_by_checkpoint = False
         self.busy = asyncio.Lock()
         self.relays: list[stdio.FileRelay] = []
-        self._expired: list[Path] = []
-        self._cleanup: asyncio.Future | None = None
+        self._to_publish: tuple[int, Path, Path] | None = None
+        self._publishing: asyncio.Task | None = None
 
     # ---- entry -----------------------------------------------------------
 
@@ -105,8 +105,8 @@ class Agent:
             pass
         listener.cancel()
         self.tree.reap_all()
-        if self._cleanup is not None:
-            await self._cleanup
+        if self._publishing is not None:
+            await self._publishing  # a stopped tree's images, say
         for relay in self.relays:
             relay.stop()
         if self.writer:
@@ -284,11 +284,26 @@ class Agent:
         if error:
             reply["error"] = error
         self._send(messages.make("reached", state=target.value, ok=error is None, **reply))
-        if self._expired:
-            # old generations go in the background, off the barriers' path
-            expired, self._expired = self._expired, []
-            self._cleanup = asyncio.get_running_loop().run_in_executor(
-                None, lambda: [store.discard(e) for e in expired])
+        if self._to_publish is not None:
+            job, self._to_publish = self._to_publish, None
+            self._publishing = asyncio.create_task(self._publish(*job))
+
+    async def _publish(self, generation: int, partial: Path, final: Path) -> None:
+        """Make the dumped images durable and give them their name, while
+        the program runs again (the fsync is about a second per GiB here),
+        then tell the coordinator; old generations go last."""
+        loop = asyncio.get_running_loop()
+        try:
+            expired = await loop.run_in_executor(None, store.publish, partial, final)
+        except OSError as exc:
+            await loop.run_in_executor(None, store.discard, partial)
+            log.error("generation %d not published: %s", generation, exc)
+            self._send(messages.make("published", generation=generation, ok=False,
+                                     error=f"publishing {final}: {exc}"))
+            return
+        log.info("generation %d published as %s", generation, final)
+        self._send(messages.make("published", generation=generation, ok=True))
+        await loop.run_in_executor(None, lambda: [store.discard(e) for e in expired])
 
     async def _checkpoint(self, msg: dict) -> dict:
         cfg = self.cfg
@@ -324,9 +339,7 @@ class Agent:
             handed_over = {d["path"] for d in io.values()}
             written = written_files.collect(pids, handed_over | {s["path"] for s in shared})
             criu_driver.fix_files_image(partial)
-            # fsync of the images: about a second per GiB; the program is
-            # already running again, the agent's loop must keep serving
-            files = await loop.run_in_executor(None, store.file_sizes, partial)
+            files = store.file_sizes(partial)
             m = manifest_mod.Manifest(
                 comp_id=self.comp_id, tree_id=cfg.tree_id, program=cfg.program,
                 argv=list(cfg.argv or (cfg.manifest.argv if cfg.manifest else [])),
@@ -338,7 +351,6 @@ class Agent:
                 num_trees=int(msg.get("num_trees", 1)), stdio=io, external=external,
                 criu_version=criu_driver.version(), files=files)
             m.write(partial)
-            self._expired = await loop.run_in_executor(None, store.publish, partial, final)
         except BaseException:
             store.discard(partial)
             if not stop:
@@ -350,6 +362,8 @@ class Agent:
             await self.shims.listen()
         self.expected_pids = parked
         duration = time.monotonic() - started
-        log.info("generation %d: %s, %d bytes in %.3f s", generation, final, m.total_bytes, duration)
+        log.info("generation %d: dumped %d bytes in %.3f s", generation, m.total_bytes, duration)
+        # made durable and published once the coordinator has our answer
+        self._to_publish = (generation, partial, final)
         return {"path": str(final), "host": hostname(), "tree_id": cfg.tree_id,
                 "program": cfg.program, "bytes": m.total_bytes, "duration": duration}

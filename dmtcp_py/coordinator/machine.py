@@ -74,6 +74,11 @@ class Round:
     waiters: list[int] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     images: dict[int, dict] = field(default_factory=dict)
+    # A checkpoint's trees resume (RUNNING) once every tree is dumped; each
+    # agent then makes its images durable and says "published".  The
+    # generation is complete when both have happened.
+    published: set[int] = field(default_factory=set)
+    resumed: bool = False
 
 
 class CoordinatorMachine:
@@ -145,11 +150,11 @@ class CoordinatorMachine:
             if rnd.kind == "restart" and rnd.state is not State.RUNNING:
                 rnd.errors.append(f"{agent.label()} exited during restart")
                 actions += self._abort_restart(now)
-            elif rnd.state in (State.SUSPENDED, State.FD_LEADER_ELECTION,
-                               State.DRAINED, State.CHECKPOINTED) \
-                    and not (rnd.stop and agent_id in rnd.images):
-                # with --stop an agent exits once its tree is dumped; before that it is lost
+            elif rnd.kind == "checkpoint" and agent_id not in rnd.published:
+                # an agent may go once its images are published (with --stop
+                # its tree is gone after the dump); before that they are lost
                 rnd.errors.append(f"{agent.label()} exited during the checkpoint")
+                rnd.images.pop(agent_id, None)
             if self.round is rnd:
                 actions += self._maybe_advance(now)
         # (_finish above may already have shut down for the last agent)
@@ -168,6 +173,8 @@ class CoordinatorMachine:
             return []
         if msg["type"] == "reached":
             return self._reached(agent, msg, now)
+        if msg["type"] == "published":
+            return self._published(agent, msg, now)
         return [Notice(f"ignored {msg['type']!r} from {agent.label()}")]
 
     def _reached(self, agent: Agent, msg: dict, now: float) -> list:
@@ -187,6 +194,16 @@ class CoordinatorMachine:
         elif state is State.CHECKPOINTED and rnd.kind == "checkpoint":
             rnd.images[agent.agent_id] = dict(msg.get("image") or {})
         return self._maybe_advance(now)
+
+    def _published(self, agent: Agent, msg: dict, now: float) -> list:
+        rnd = self.round
+        if rnd is None or rnd.kind != "checkpoint" or msg["generation"] != rnd.generation \
+                or agent.agent_id not in rnd.images:
+            return [Notice(f"{agent.label()} published generation {msg['generation']} out of turn")]
+        rnd.published.add(agent.agent_id)
+        if not msg["ok"]:
+            rnd.errors.append(f"{agent.label()}: {msg.get('error', 'publishing failed')}")
+        return self._maybe_complete(now)
 
     # ---- commands ----------------------------------------------------------
 
@@ -270,20 +287,28 @@ class CoordinatorMachine:
         if rnd.kind == "restart" and rnd.state is State.CHECKPOINTED \
                 and len(rnd.participants) < rnd.expected:
             return []  # more trees of this computation still have to join
-        actions: list = []
-        if rnd.state is State.CHECKPOINTED and rnd.kind == "checkpoint":
-            # participants that left after their dump (--stop) keep their image here
-            if not rnd.errors and rnd.participants <= rnd.images.keys():
-                actions.append(GenerationComplete(
-                    rnd.generation, tuple(rnd.images[a] for a in sorted(rnd.images))))
-            if rnd.stop:
-                # the trees were stopped by the dump; their agents exit now
-                return actions + self._finish(now)
+        if rnd.kind == "checkpoint" and (rnd.state is State.RUNNING
+                                         or (rnd.state is State.CHECKPOINTED and rnd.stop)):
+            # running again (or, with --stop, gone after the dump): what is
+            # left is the images becoming durable
+            rnd.resumed = True
+            return self._maybe_complete(now)
         if rnd.state is State.RUNNING:
-            return actions + self._finish(now)
+            return self._finish(now)
         rnd.state = next_state(rnd.state)
         rnd.reached = set()
-        return actions + self._broadcast(rnd)
+        return self._broadcast(rnd)
+
+    def _maybe_complete(self, now: float) -> list:
+        rnd = self.round
+        if rnd is None or not rnd.resumed or not rnd.images.keys() <= rnd.published:
+            return []
+        actions: list = []
+        # participants that left after publishing (--stop) keep their image here
+        if not rnd.errors and rnd.participants <= rnd.images.keys():
+            actions.append(GenerationComplete(
+                rnd.generation, tuple(rnd.images[a] for a in sorted(rnd.images))))
+        return actions + self._finish(now)
 
     def _finish(self, now: float) -> list:
         rnd = self.round

@@ -60,12 +60,11 @@ def _generation_of(directory: Path) -> int | None:
 
 
 def file_sizes(partial: Path) -> dict[str, int]:
-    """Make every file 0600 and durable; return name -> size."""
+    """Make every file 0600; return name -> size (durable: see publish)."""
     sizes = {}
     for entry in sorted(partial.iterdir()):
         if entry.is_file() and entry.name != MANIFEST:
             os.chmod(entry, 0o600)
-            _fsync_path(entry)
             sizes[entry.name] = entry.stat().st_size
     return sizes
 
@@ -77,6 +76,9 @@ def publish(partial: Path, final: Path) -> list[Path]:
     out of the way under hidden names: deleting a GiB-sized image takes
     about half a second here, so the caller does it after replying."""
     os.chmod(partial, 0o700)
+    for entry in partial.iterdir():
+        if entry.is_file():
+            _fsync_path(entry)
     _fsync_path(partial, directory=True)
     parent = final.parent
     if final.exists():

@@ -18,6 +18,7 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     # agent -> coordinator
     "peers": {"count": int, "procs": list},
     "reached": {"state": str, "ok": bool},
+    "published": {"generation": int, "ok": bool},
     # coordinator -> agent
     "barrier": {"state": str},
     "kill": {},

@@ -105,9 +105,12 @@ class Sim:
     def report(self, agent_id: int, state: State, ok: bool = True, **extra) -> list:
         return self.send(agent_id, messages.make("reached", state=state.value, ok=ok, **extra))
 
-    def step(self, state: State, ids=None, *, images: bool = True) -> list:
+    def step(self, state: State, ids=None, *, images: bool = True, publish: bool = True) -> list:
         """Every agent in ids (default: the round's participants) reports state;
-        returns what the last report caused, after checking the others caused nothing."""
+        returns what the last report caused, after checking the others caused
+        nothing.  If that lets the trees run again, the agents then publish
+        their images, as real agents do (unless publish=False), and what the
+        last publication caused is added."""
         ids = sorted(self.m.round.participants if ids is None else ids)
         results = []
         for agent_id in ids:
@@ -116,17 +119,31 @@ class Sim:
                 else {}
             results.append(self.report(agent_id, state, **extra))
         assert all(r == [] for r in results[:-1]), "the barrier was released early"
+        if publish and self.m.round is not None and self.m.round.resumed:
+            return results[-1] + self.publish()
         return results[-1]
 
     def checkpoint(self, client: int | None = CLIENT, **kw) -> list:
         return self._record(self.m.request_checkpoint(client, self.now, **kw))
 
+    def publish(self, ids=None, ok: bool = True) -> list:
+        """Every agent in ids (default: those that reported an image) says
+        its images are durable, as a real agent does after the dump;
+        returns what the last one caused."""
+        rnd = self.m.round
+        results = [self.send(a, messages.make("published", generation=rnd.generation, ok=ok))
+                   for a in sorted(rnd.images if ids is None else ids)]
+        return results[-1] if results else []
+
     def advance_to(self, state: State | None) -> None:
-        """Let every participant report until the round waits on `state`
-        (None: until the round is over)."""
-        for _ in range(len(State)):
+        """Let every participant report, and publish, until the round waits
+        on `state` (None: until the round is over)."""
+        for _ in range(len(State) + 1):
             if self.m.round is None or self.m.round.state is state:
                 break
+            if self.m.round.resumed:
+                self.publish()
+                continue
             self.step(self.m.round.state)
         assert (self.m.round.state if self.m.round else None) is state
 
@@ -159,17 +176,21 @@ def test_blocking_checkpoint_through_every_barrier(n):
         assert_barrier(actions, released, ids, generation=1)
         assert sim.m.status()["state"] == released.value
         assert {row["state"] for row in sim.m.listing()} == {reported.value}
-        done = of_type(actions, GenerationComplete)
-        if reported is State.CHECKPOINTED:
-            assert done == [GenerationComplete(1, tuple(image_of(a) for a in ids))]
-            # the restart script is written before the trees are resumed
-            assert actions.index(done[0]) < actions.index(sent(actions, "barrier")[0])
-        else:
-            assert done == []
+        # nothing is complete before the images are durable
+        assert of_type(actions, GenerationComplete) == []
         assert of_type(actions, ReplyClient) == []
+    sim.now = 13.0
+    actions = sim.step(State.RUNNING, publish=False)
+    # the trees run again; the generation waits for its images to be durable
+    assert sent(actions, "barrier") == [] and actions == []
+    assert sim.m.round is not None and sim.m.round.resumed
     sim.now = 13.25
-    actions = sim.step(State.RUNNING)
-    assert sent(actions, "barrier") == []
+    assert sim.publish(ids[:-1]) == [] if n > 1 else True
+    actions = sim.publish(ids[-1:])
+    done = of_type(actions, GenerationComplete)
+    assert done == [GenerationComplete(1, tuple(image_of(a) for a in ids))]
+    # the restart script is written before the client hears of it
+    assert actions.index(done[0]) < actions.index(of_type(actions, ReplyClient)[0])
     reply = only_reply(sim.log, CLIENT)
     assert reply == {"v": 1, "type": "reply", "ok": True, "kind": "checkpoint", "generation": 1,
                      "duration": 3.25, "bytes": sum(100 + a for a in ids), "trees": n,
@@ -278,16 +299,32 @@ def test_leaving_agent_that_was_the_last_one_awaited_releases_the_barrier():
     assert_barrier(actions, State.FD_LEADER_ELECTION, range(1, 10), generation=1)
 
 
-def test_agent_leaving_after_the_dump_is_not_an_error():
+def test_agent_leaving_before_its_images_are_durable_fails_the_generation():
+    """Dumped is not enough: an agent that goes before saying "published"
+    may have left its images half written."""
     sim = Sim(3)
     sim.checkpoint(CLIENT, blocking=True)
     sim.advance_to(State.REFILLED)
-    assert len(of_type(sim.log, GenerationComplete)) == 1
     sim.leave(2)
     assert_barrier(sim.step(State.REFILLED), State.RUNNING, [1, 3], generation=1)
     sim.step(State.RUNNING)
-    assert only_reply(sim.log, CLIENT)["ok"] is True
-    assert sim.m.generation == 1
+    assert of_type(sim.log, GenerationComplete) == []
+    reply = only_reply(sim.log, CLIENT)
+    assert reply["ok"] is False and "exited during the checkpoint" in reply["error"]
+    assert sim.m.generation == 0 and sim.m.status()["running"]
+
+
+def test_a_failed_publication_fails_the_generation():
+    sim = Sim(2)
+    sim.checkpoint(CLIENT, blocking=True)
+    sim.advance_to(State.RUNNING)
+    sim.step(State.RUNNING, publish=False)
+    sim.publish([1])
+    actions = sim.send(2, messages.make("published", generation=1, ok=False, error="disk full"))
+    assert of_type(actions, GenerationComplete) == []
+    reply = only_reply(sim.log, CLIENT)
+    assert reply["ok"] is False and "disk full" in reply["error"]
+    assert sim.m.generation == 0
 
 
 def test_agent_failing_at_checkpointed():
@@ -567,7 +604,8 @@ def test_exit_after_checkpoint_does_not_exit_on_a_failed_one():
     sim.checkpoint(CLIENT, blocking=True)
     sim.advance_to(State.CHECKPOINTED)
     sim.report(1, State.CHECKPOINTED, image=image_of(1))
-    actions = sim.report(2, State.CHECKPOINTED, ok=False, error="disk full")
+    sim.report(2, State.CHECKPOINTED, ok=False, error="disk full")
+    actions = sim.publish()
     assert of_type(actions, Shutdown) == [] and of_type(actions, GenerationComplete) == []
     assert only_reply(sim.log, CLIENT)["ok"] is False
 
@@ -594,9 +632,11 @@ def test_stopped_agent_exiting_before_the_others_report():
     sim.checkpoint(CLIENT, blocking=True, stop=True)
     sim.advance_to(State.CHECKPOINTED)
     sim.report(1, State.CHECKPOINTED, image=image_of(1))
+    sim.publish([1])  # a stopped tree's agent publishes, then exits
     sim.leave(1)
     sim.report(2, State.CHECKPOINTED, image=image_of(2))
-    actions = sim.report(3, State.CHECKPOINTED, image=image_of(3))
+    sim.report(3, State.CHECKPOINTED, image=image_of(3))
+    actions = sim.publish([2, 3])
     assert of_type(actions, GenerationComplete) == [
         GenerationComplete(1, tuple(image_of(a) for a in (1, 2, 3)))]
     reply = only_reply(sim.log, CLIENT)

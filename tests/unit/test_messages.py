@@ -13,6 +13,7 @@ VALID = {
     "refused": {"error": "no"},
     "peers": {"count": 2, "procs": [[1, "a"], [2, "b"]]},
     "reached": {"state": "SUSPENDED", "ok": True},
+    "published": {"generation": 1, "ok": True},
     "barrier": {"state": "DRAINED"},
     "kill": {},
     "command": {"cmd": "status"},
