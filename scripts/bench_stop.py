@@ -171,12 +171,7 @@ int main(int argc, char **argv)
 class Workspace(bc.Workspace):
     """bench_checkpoint's workspace, with our ports and a `-k` before `-q`."""
 
-    def free_port(self) -> int:
-        for port in PORTS:
-            if port not in self.ports and bc._port_free(port):
-                self.ports.append(port)
-                return port
-        raise BenchError(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
+    port_range = PORTS
 
     def cleanup(self) -> None:
         for port in self.ports:
