@@ -409,10 +409,6 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def _terminate(signum, frame):
-    raise KeyboardInterrupt
-
-
 def _out_of_time(signum, frame):
     raise BenchError(f"gave up after the time budget of {TIME_BUDGET} s")
 
@@ -422,7 +418,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("bench_stop: error: run as root (CRIU needs it)", file=sys.stderr)
         return 1
-    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGTERM, bc._terminate)
     signal.signal(signal.SIGALRM, _out_of_time)
     ws = Workspace(keep_logs=args.keep_logs)
     results: list[Result] = []
