@@ -190,13 +190,17 @@ def reached(state: State, i: int) -> bytes:
 
 
 async def run_agent(conn: Conn, i: int, first_seen: dict) -> None:
-    """Answer every barrier at once; note when the first agent saw each one."""
+    """Answer every barrier at once, and publish its images once running
+    again, as a real agent does; note when the first agent saw each one."""
     replies = {s.value: reached(s, i) for s in BARRIERS}
     while True:
         msg = await conn.recv()
         if msg["type"] == "barrier":
             first_seen.setdefault((msg["generation"], msg["state"]), time.perf_counter())
             conn.send(replies[msg["state"]])
+            if msg["state"] == State.RUNNING.value:
+                conn.send(codec.encode(messages.make("published", generation=msg["generation"],
+                                                     ok=True)))
 
 
 async def checkpoint(client: Conn) -> dict:
