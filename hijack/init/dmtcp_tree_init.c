@@ -61,6 +61,14 @@ int main(int argc, char **argv)
         return 2;
     }
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    /* getsid() is 0 when our session leader lives in an ancestor PID
+     * namespace (a container or CI runner started with `unshare -p` and no
+     * setsid).  CRIU cannot dump a task whose session it cannot see, even
+     * as a shell job, so the tree gets a session of its own; it has no
+     * terminal to lose, since a controlling terminal belongs to that
+     * invisible session. */
+    if (getsid(0) == 0)
+        (void)setsid();
     /* A System V IPC namespace of the tree's own: CRIU saves and restores
      * SysV shared memory, semaphores and message queues (and POSIX message
      * queues) only for a task tree that has one.  Best effort: without
