@@ -98,7 +98,7 @@ async def open_many(n: int, open_one) -> list:
             return await open_one(i)
 
     results = await asyncio.gather(*(gated(i) for i in range(n)), return_exceptions=True)
-    opened = [r for r in results if isinstance(r, Conn)]
+    opened = [r for r in results if not isinstance(r, BaseException)]
     if len(opened) < n:
         close_all(opened)
         raise next(r for r in results if isinstance(r, BaseException))
@@ -189,18 +189,58 @@ def reached(state: State, i: int) -> bytes:
     return codec.encode(messages.make("reached", state=state.value, ok=True, **extra))
 
 
-async def run_agent(conn: Conn, i: int, first_seen: dict) -> None:
-    """Answer every barrier at once, and publish its images once running
-    again, as a real agent does; note when the first agent saw each one."""
-    replies = {s.value: reached(s, i) for s in BARRIERS}
-    while True:
-        msg = await conn.recv()
-        if msg["type"] == "barrier":
-            first_seen.setdefault((msg["generation"], msg["state"]), time.perf_counter())
-            conn.send(replies[msg["state"]])
-            if msg["state"] == State.RUNNING.value:
-                conn.send(codec.encode(messages.make("published", generation=msg["generation"],
-                                                     ok=True)))
+class SimAgent(asyncio.Protocol):
+    """A simulated agent: answers every barrier from data_received with a
+    frame encoded in advance, and publishes its images once running again,
+    as a real agent does.  Real agents are separate processes; here 1,000
+    share one event loop, so each must cost as little as possible, or the
+    benchmark measures itself instead of the coordinator."""
+
+    def __init__(self, token: str, i: int, first_seen: dict) -> None:
+        self.hello = agent_hello(token, i)
+        self.replies = {s.value: reached(s, i) for s in BARRIERS}
+        self.first_seen = first_seen
+        self.decoder = codec.Decoder()
+        self.welcomed: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        transport.write(self.hello)
+
+    def data_received(self, data: bytes) -> None:
+        for msg in self.decoder.feed(data):
+            if msg["type"] == "barrier":
+                self.first_seen.setdefault((msg["generation"], msg["state"]), time.perf_counter())
+                self.transport.write(self.replies[msg["state"]])
+                if msg["state"] == State.RUNNING.value:
+                    self.transport.write(codec.encode(messages.make(
+                        "published", generation=msg["generation"], ok=True)))
+            elif not self.welcomed.done():
+                if msg["type"] == "welcome":
+                    self.welcomed.set_result(None)
+                else:
+                    self.welcomed.set_exception(
+                        RuntimeError(f"coordinator refused us: {msg.get('error')}"))
+
+    def connection_lost(self, exc) -> None:
+        if not self.welcomed.done():
+            self.welcomed.set_exception(ConnectionError("connection closed by the coordinator"))
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+async def join_agent(port: int, token: str, i: int, first_seen: dict) -> SimAgent:
+    _, agent = await asyncio.get_running_loop().create_connection(
+        lambda: SimAgent(token, i, first_seen), HOST, port)
+    try:
+        await agent.welcomed
+    except BaseException:
+        agent.close()
+        raise
+    return agent
 
 
 async def checkpoint(client: Conn) -> dict:
@@ -219,10 +259,13 @@ def barrier_times(first_seen: dict, generations: list[int]) -> dict[str, list[fl
 
 
 async def bench_coordinator(port: int, token: str, n: int, rounds: int):
-    agents = await open_many(n, lambda i: join(port, agent_hello(token, i)))
-    client = await join(port, hello(token, "client"))
     first_seen: dict = {}
-    tasks = [asyncio.create_task(run_agent(c, i, first_seen)) for i, c in enumerate(agents)]
+    agents = await open_many(n, lambda i: join_agent(port, token, i, first_seen))
+    try:
+        client = await join(port, hello(token, "client"))
+    except BaseException:
+        close_all(agents)
+        raise
     try:
         totals, generations = [], []
         for r in range(WARMUP + rounds):
@@ -233,39 +276,62 @@ async def bench_coordinator(port: int, token: str, n: int, rounds: int):
                 generations.append(reply["generation"])
         return totals, barrier_times(first_seen, generations)
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
         close_all(agents + [client])
 
 
 # ---- baseline: trivial echo ------------------------------------------------------
 
-async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(65536):
-            writer.write(data)
-    except (ConnectionError, asyncio.CancelledError):
-        pass  # cancelled: the loop ends before this end saw the client's EOF
-    finally:
-        writer.close()
+class Echo(asyncio.Protocol):
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.transport.write(data)
+
+
+class EchoClient(asyncio.Protocol):
+    """Counts whole echoed frames; `waiting` resolves when `expected` arrived."""
+
+    def __init__(self, counter: dict) -> None:
+        self.decoder = codec.Decoder()
+        self.counter = counter
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.counter["got"] += len(self.decoder.feed(data))
+        if self.counter["got"] >= self.counter["expected"] and not self.counter["done"].done():
+            self.counter["done"].set_result(None)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
 
 
 async def bench_echo(n: int, rounds: int) -> list[float]:
-    """N frames out at once, then every echo back: one sample per round."""
-    server = await asyncio.start_server(echo, HOST, 0, backlog=CONNECT_CONCURRENCY * 2)
+    """N frames out at once, then every echo back: one sample per round.
+    Both ends are Protocols, like the coordinator and the simulated agents."""
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Echo, HOST, 0, backlog=CONNECT_CONCURRENCY * 2)
     port = server.sockets[0].getsockname()[1]
     frame = codec.encode(messages.make("barrier", state=State.SUSPENDED.value, generation=1,
                                        stop=False, num_trees=n))
-    conns = await open_many(n, lambda i: Conn.open(port))
+    counter = {"got": 0, "expected": 0, "done": loop.create_future()}
+
+    async def open_one(i):
+        return (await loop.create_connection(lambda: EchoClient(counter), HOST, port))[1]
+
+    conns = await open_many(n, open_one)
     try:
         times = []
         for r in range(WARMUP + rounds):
+            counter.update(got=0, expected=n, done=loop.create_future())
             t0 = time.perf_counter()
             for conn in conns:
-                conn.send(frame)
-            for conn in conns:
-                await conn.recv()
+                conn.transport.write(frame)
+            await counter["done"]
             if r >= WARMUP:
                 times.append(time.perf_counter() - t0)
         return times

@@ -32,21 +32,35 @@ class Decoder:
         self._buf = bytearray()
 
     def feed(self, data: bytes) -> list[dict]:
-        self._buf += data
+        # Fast path, the common case of a barrier: nothing buffered and the
+        # data holds whole frames; parse straight out of it, no copies.
+        if self._buf:
+            self._buf += data
+            data = bytes(self._buf)
+            self._buf.clear()
         out = []
-        while len(self._buf) >= _HEADER.size:
-            (length,) = _HEADER.unpack_from(self._buf)
+        view = memoryview(data)
+        pos, end = 0, len(data)
+        while end - pos >= _HEADER.size:
+            (length,) = _HEADER.unpack_from(view, pos)
             if length == 0 or length > MAX_FRAME:
                 raise FrameError(f"bad frame length {length}")
-            if len(self._buf) < _HEADER.size + length:
+            stop = pos + _HEADER.size + length
+            if stop > end:
                 break
-            body = bytes(self._buf[_HEADER.size:_HEADER.size + length])
-            del self._buf[:_HEADER.size + length]
-            try:
-                message = json.loads(body)
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise FrameError(f"bad JSON: {exc}") from None
-            if not isinstance(message, dict):
-                raise FrameError("message is not a JSON object")
-            out.append(message)
+            out.append(_parse(view[pos + _HEADER.size:stop]))
+            pos = stop
+        if pos < end:
+            self._buf += view[pos:]
         return out
+
+
+def _parse(body: memoryview) -> dict:
+    try:
+        # str, not bytes: json.loads(bytes) first guesses the encoding
+        message = json.loads(str(body, "utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FrameError(f"bad JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise FrameError("message is not a JSON object")
+    return message
