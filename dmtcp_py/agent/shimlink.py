@@ -6,8 +6,10 @@ a restored tree find the new agent on any host.
 """
 from __future__ import annotations
 
+import array
 import asyncio
 import logging
+import os
 import socket
 import struct
 from dataclasses import dataclass, field
@@ -18,18 +20,87 @@ log = logging.getLogger("agent.shimlink")
 RECORD = struct.Struct("=IHHiiQ")
 MAGIC = 0x444D5443
 VERSION = 1
-HELLO, SUSPEND, SUSPENDED, CHECKPOINT, READY, RESUME, RESUMED, ELECT, ELECTED = range(1, 10)
+(HELLO, SUSPEND, SUSPENDED, CHECKPOINT, READY, RESUME, RESUMED, ELECT, ELECTED,
+ PARK, PARKED_FD, PARKED, UNPARK_FD, UNPARK, UNPARKED) = range(1, 16)
+PARK_LEADER = 1 << 32
+PARK_MAX = 16384
+_FD_SPACE = socket.CMSG_SPACE(4 * array.array("i").itemsize)
 
 
 def pack(type_: int, arg: int = 0) -> bytes:
     return RECORD.pack(MAGIC, VERSION, type_, 0, 0, arg)
 
 
+@dataclass(frozen=True)
+class ParkedFd:
+    """One socket a process handed over: its fd number there, whether that
+    process leads the open file description, and our copy of it."""
+    pid: int
+    fd: int
+    leader: bool
+    sock: socket.socket = field(compare=False)
+
+
 @dataclass(eq=False)
 class Shim:
     pid: int  # as the agent sees it (SO_PEERCRED)
-    writer: asyncio.StreamWriter
+    sock: socket.socket
     replies: asyncio.Queue = field(default_factory=asyncio.Queue)
+    parked: list[ParkedFd] = field(default_factory=list)
+
+
+async def _wait(fileno: int, add, remove) -> None:
+    fut = asyncio.get_running_loop().create_future()
+    add(fileno, lambda: fut.done() or fut.set_result(None))
+    try:
+        await fut
+    finally:
+        remove(fileno)
+
+
+async def _recv_record(sock: socket.socket) -> tuple[bytes, int | None]:
+    """One record and the socket riding on it, if any.  Reads never go past
+    the record, so a passed socket always belongs to the record it came with."""
+    loop = asyncio.get_running_loop()
+    data, passed = b"", None
+    while len(data) < RECORD.size:
+        try:
+            chunk, ancdata, _flags, _addr = sock.recvmsg(
+                RECORD.size - len(data), _FD_SPACE, socket.MSG_CMSG_CLOEXEC)
+        except (BlockingIOError, InterruptedError):
+            await _wait(sock.fileno(), loop.add_reader, loop.remove_reader)
+            continue
+        for level, type_, payload in ancdata:
+            if level == socket.SOL_SOCKET and type_ == socket.SCM_RIGHTS:
+                fds = array.array("i")
+                fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+                for fd in fds:
+                    if passed is None:
+                        passed = fd
+                    else:
+                        os.close(fd)
+        if not chunk:
+            if passed is not None:
+                os.close(passed)
+            raise ConnectionError("shim closed the connection")
+        data += chunk
+    return data, passed
+
+
+async def _send(sock: socket.socket, data: bytes, passed: int | None = None) -> None:
+    loop = asyncio.get_running_loop()
+    if passed is None:
+        await loop.sock_sendall(sock, data)
+        return
+    while True:
+        try:
+            sent = sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                          array.array("i", [passed]))])
+            break
+        except (BlockingIOError, InterruptedError):
+            await _wait(sock.fileno(), loop.add_writer, loop.remove_writer)
+    if sent < len(data):
+        await loop.sock_sendall(sock, data[sent:])
 
 
 class ShimLink:
@@ -37,7 +108,8 @@ class ShimLink:
         self.name = name
         self.shims: set[Shim] = set()
         self._on_change = on_change
-        self._server: asyncio.base_events.Server | None = None
+        self._listener: socket.socket | None = None
+        self._accepting: asyncio.Task | None = None
         self._changed = asyncio.Event()
         # False from SUSPENDED until RUNNING: a shim that says hello while
         # still suspended outside that window is owed a RESUME at once
@@ -49,44 +121,70 @@ class ShimLink:
         return "@" + self.name
 
     async def listen(self) -> None:
-        self._server = await asyncio.start_unix_server(self._serve, path="\0" + self.name)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            sock.bind("\0" + self.name)
+            sock.listen(1024)
+        except OSError:
+            sock.close()
+            raise
+        sock.setblocking(False)
+        self._listener = sock
+        self._accepting = asyncio.create_task(self._accept(sock))
 
     def stop_listening(self) -> None:
         """Free the name at once: a shim that tries to reconnect during the
         dump must fail, or CRIU would meet a socket that leads outside."""
-        if self._server is not None:
-            self._server.close()
-            self._server = None
+        if self._accepting is not None:
+            self._accepting.cancel()
+            self._accepting = None
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
 
     def pids(self) -> list[int]:
         return sorted(s.pid for s in self.shims)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        sock = writer.get_extra_info("socket")
+    async def _accept(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            sock, _ = await loop.sock_accept(listener)
+            sock.setblocking(False)
+            asyncio.create_task(self._serve(sock))
+
+    async def _serve(self, sock: socket.socket) -> None:
         pid, _uid, _gid = struct.unpack("3i", sock.getsockopt(
             socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-        shim = Shim(pid, writer)
+        shim = Shim(pid, sock)
         try:
             while True:
-                magic, version, type_, _p, _pp, arg = RECORD.unpack(
-                    await reader.readexactly(RECORD.size))
+                data, passed = await _recv_record(sock)
+                magic, version, type_, _p, _pp, arg = RECORD.unpack(data)
                 if magic != MAGIC or version != VERSION:
                     log.warning("pid %d sent a foreign record; dropping it", pid)
                     return
+                if type_ == PARKED_FD and passed is not None:
+                    shim.parked.append(ParkedFd(pid, arg & 0xFFFFFFFF, bool(arg & PARK_LEADER),
+                                                socket.socket(fileno=passed)))
+                    continue
+                if passed is not None:
+                    os.close(passed)
                 if type_ == HELLO:
                     self.shims.add(shim)
                     self._notify()
                     if arg and self.running:
                         log.warning("pid %d came back suspended after the checkpoint; resuming it", pid)
-                        writer.write(pack(RESUME))
+                        await _send(sock, pack(RESUME))
                 else:
                     if type_ == SUSPENDED and arg:
                         log.warning("pid %d: %d threads would not stop", pid, arg)
-                    shim.replies.put_nowait(type_)
-        except (asyncio.IncompleteReadError, ConnectionError):
+                    shim.replies.put_nowait((type_, arg))
+        except (ConnectionError, OSError):
             pass
         finally:
-            writer.close()
+            sock.close()
+            for item in shim.parked:
+                item.sock.close()
             shim.replies.put_nowait(None)
             if shim in self.shims:
                 self.shims.discard(shim)
@@ -96,21 +194,23 @@ class ShimLink:
         self._changed.set()
         self._on_change()
 
-    async def _ask(self, shim: Shim, request: int, answer: int, *, then_eof: bool) -> bool:
+    async def _ask(self, shim: Shim, request: bytes, answer: int, *,
+                   then_eof: bool = False) -> int | None:
+        """Send a request, wait for its answer; the answer's arg, or None if
+        the process went away."""
         try:
-            shim.writer.write(pack(request))
-            await shim.writer.drain()
-        except ConnectionError:
-            return False
+            await _send(shim.sock, request)
+        except OSError:
+            return None
         got = await shim.replies.get()
-        while got is not None and got != answer:  # a stale answer (see running)
+        while got is not None and got[0] != answer:  # a stale answer (see running)
             got = await shim.replies.get()
         if got is None:
-            return False
+            return None
         if then_eof:
             while await shim.replies.get() is not None:
                 pass
-        return True
+        return got[1]
 
     async def request_all(self, request: int, answer: int, timeout: float,
                           *, then_eof: bool = False) -> list[int]:
@@ -119,13 +219,45 @@ class ShimLink:
         shims = list(self.shims)
         if not shims:
             return []
-        tasks = [asyncio.ensure_future(self._ask(s, request, answer, then_eof=then_eof))
+        tasks = [asyncio.ensure_future(self._ask(s, pack(request), answer, then_eof=then_eof))
                  for s in shims]
         done, pending = await asyncio.wait(tasks, timeout=timeout)
         for task in pending:
             task.cancel()
         return [s.pid for s, t in zip(shims, tasks)
                 if t in pending and s in self.shims]
+
+    async def park(self, fds_by_pid: dict[int, list[int]], timeout: float) -> list[ParkedFd]:
+        """DRAINED: each process hands over the sockets named for it."""
+        shims = [s for s in self.shims if fds_by_pid.get(s.pid)]
+
+        async def one(shim: Shim) -> list[ParkedFd]:
+            fds = fds_by_pid[shim.pid][:PARK_MAX]
+            shim.parked = []
+            request = pack(PARK, len(fds)) + struct.pack(f"={len(fds)}i", *fds)
+            if await self._ask(shim, request, PARKED) is None:
+                raise ConnectionError(f"process {shim.pid} went away while parking its sockets")
+            parked, shim.parked = shim.parked, []
+            return parked
+
+        results = await asyncio.wait_for(asyncio.gather(*(one(s) for s in shims)), timeout)
+        return [p for result in results for p in result]
+
+    async def unpark(self, socks_by_pid: dict[int, list[tuple[int, int]]],
+                     timeout: float) -> dict[int, int]:
+        """REFILLED: give each process a socket (a file descriptor of ours,
+        passed, not consumed) for each (fd number, fileno); returns, per
+        pid, how many parked numbers got none."""
+        shims = [s for s in self.shims if s.pid in socks_by_pid]
+
+        async def one(shim: Shim) -> int:
+            for number, fileno in socks_by_pid[shim.pid]:
+                await _send(shim.sock, pack(UNPARK_FD, number), fileno)
+            left = await self._ask(shim, pack(UNPARK), UNPARKED)
+            return 0 if left is None else left
+
+        lefts = await asyncio.wait_for(asyncio.gather(*(one(s) for s in shims)), timeout)
+        return {s.pid: left for s, left in zip(shims, lefts)}
 
     async def park_all(self, timeout: float) -> list[int]:
         """CHECKPOINT: every shim answers READY and closes its connection."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dmtcp_py.coordinator.nameservice import NameService
 from dmtcp_py.protocol import messages
 from dmtcp_py.protocol.states import State, next_state
 
@@ -94,6 +95,7 @@ class CoordinatorMachine:
         self.round: Round | None = None
         self.last_checkpoint: dict | None = None
         self._ever_had_agents = False
+        self.names = NameService()
         self.interval = interval
         self._next_interval = now + interval if interval > 0 else None
 
@@ -134,6 +136,7 @@ class CoordinatorMachine:
                     "restart with --new-coordinator or another --coord-port")
         self.comp_id = comp_id
         self.generation = generation
+        self.names.reset()
         self.round = Round("restart", generation, State.CHECKPOINTED, now,
                            participants={agent.agent_id}, expected=max(trees, 1))
         return None
@@ -143,6 +146,7 @@ class CoordinatorMachine:
         if agent is None:
             return []
         actions: list = [Notice(f"left: {agent.label()}")]
+        self.names.agent_left(agent_id)
         rnd = self.round
         if rnd is not None and agent_id in rnd.participants:
             rnd.participants.discard(agent_id)
@@ -155,6 +159,7 @@ class CoordinatorMachine:
                 # its tree is gone after the dump); before that they are lost
                 rnd.errors.append(f"{agent.label()} exited during the checkpoint")
                 rnd.images.pop(agent_id, None)
+            actions += self._send_all(self.names.participants_changed(rnd.participants))
             if self.round is rnd:
                 actions += self._maybe_advance(now)
         # (_finish above may already have shut down for the last agent)
@@ -175,6 +180,18 @@ class CoordinatorMachine:
             return self._reached(agent, msg, now)
         if msg["type"] == "published":
             return self._published(agent, msg, now)
+        if msg["type"] == "sockets":
+            rnd = self.round
+            if rnd is None or agent_id not in rnd.participants:
+                return [Notice(f"{agent.label()} reported sockets outside a checkpoint")]
+            return self._send_all(self.names.report(agent_id, msg["generation"],
+                                                    msg["endpoints"], rnd.participants))
+        if msg["type"] == "publish":
+            return self._send_all(self.names.publish(agent_id, msg["key"], msg["value"]))
+        if msg["type"] == "lookup":
+            return self._send_all(self.names.lookup(agent_id, msg["key"]))
+        if msg["type"] == "relay":
+            return self._send_all(self.names.relay(agent_id, msg["conn"], msg["data"]))
         return [Notice(f"ignored {msg['type']!r} from {agent.label()}")]
 
     def _reached(self, agent: Agent, msg: dict, now: float) -> list:
@@ -350,6 +367,10 @@ class CoordinatorMachine:
         actions = [SendAgent(a, messages.make("kill")) for a in sorted(rnd.participants)]
         rnd.participants.clear()
         return actions + self._finish(now)
+
+    @staticmethod
+    def _send_all(pairs: list[tuple[int, dict]]) -> list:
+        return [SendAgent(a, m) for a, m in pairs]
 
     def _reply(self, client_id: int | None, ok: bool, **fields) -> list:
         if client_id is None:

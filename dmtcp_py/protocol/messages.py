@@ -19,9 +19,16 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "peers": {"count": int, "procs": list},
     "reached": {"state": str, "ok": bool},
     "published": {"generation": int, "ok": bool},
+    "sockets": {"generation": int, "endpoints": list},
+    "publish": {"key": str, "value": str},
+    "lookup": {"key": str},
+    # agent <-> agent, through the coordinator
+    "relay": {"conn": str, "data": str},
     # coordinator -> agent
     "barrier": {"state": str},
     "kill": {},
+    "matched": {"generation": int, "peers": dict},
+    "found": {"key": str, "value": str},
     # client -> coordinator
     "command": {"cmd": str},
     # coordinator -> client

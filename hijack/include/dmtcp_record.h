@@ -13,6 +13,21 @@
  *   agent -> CHECKPOINT       shim answers READY, closes, and keeps trying
  *                             to reconnect (CRIU must see no fd that leads
  *                             outside the tree while it dumps)
+ *   agent -> PARK (+ payload) arg: how many int32 fd numbers follow; the
+ *                             shim hands each of those sockets over with a
+ *                             PARKED_FD record carrying it (SCM_RIGHTS; arg:
+ *                             fd number | PARK_LEADER if this process is
+ *                             the leader of its open file description),
+ *                             takes it out of its epoll sets, puts
+ *                             /dev/null on its number, answers PARKED (arg:
+ *                             how many)
+ *   agent -> UNPARK_FD        carries a socket; arg: the fd number it goes
+ *                             on (the parked original, or a new one after
+ *                             a restart); file flags and epoll sets as
+ *                             they were
+ *   agent -> UNPARK           all sockets are back; answers UNPARKED (arg:
+ *                             parked fds that got no socket: they keep
+ *                             /dev/null)
  *   agent -> RESUME           shim restores socket owners, releases its
  *                             threads, answers RESUMED
  *
@@ -44,7 +59,18 @@ enum dmtcp_record_type {
     DMTCP_REC_RESUMED = 7,
     DMTCP_REC_ELECT = 8,
     DMTCP_REC_ELECTED = 9,
+    DMTCP_REC_PARK = 10,
+    DMTCP_REC_PARKED_FD = 11,
+    DMTCP_REC_PARKED = 12,
+    DMTCP_REC_UNPARK_FD = 13,
+    DMTCP_REC_UNPARK = 14,
+    DMTCP_REC_UNPARKED = 15,
 };
+
+/* PARKED_FD's arg: the fd number in the low 32 bits, then these flags */
+#define DMTCP_PARK_LEADER (1ull << 32)
+/* the most sockets one PARK may name */
+#define DMTCP_PARK_MAX 16384
 
 struct dmtcp_record {
     uint32_t magic;

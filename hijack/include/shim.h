@@ -2,6 +2,8 @@
 #ifndef DMTCP_SHIM_H
 #define DMTCP_SHIM_H
 
+#include <stddef.h>
+
 #include "dmtcp_record.h"
 
 /* Wrappers of libc functions must be visible to interpose; everything else
@@ -21,6 +23,9 @@ int channel_connect(void);
 int channel_send(int fd, uint16_t type, uint64_t arg);
 int channel_recv(int fd, struct dmtcp_record *rec);
 void channel_close(int fd);
+int channel_recv_fd(int fd, struct dmtcp_record *rec, int *passed);
+int channel_recv_payload(int fd, void *buf, size_t len);
+int channel_send_fd(int fd, uint16_t type, uint64_t arg, int passed);
 
 /* ckpt_thread.c */
 void ckpt_thread_start(void);
@@ -67,5 +72,10 @@ int shim_agent_fd(void);
 void fdowner_save(void);
 void fdowner_elect(void);
 void fdowner_restore(void);
+
+/* park.c: network sockets handed to the agent for the dump, and back. */
+int park_sockets(int agent, const int *fds, int n); /* returns how many */
+int park_take_back(int fd_number, int sock);        /* 0, or -1: not parked */
+int park_finish(void);                              /* parked fds left as /dev/null */
 
 #endif

@@ -102,25 +102,132 @@ int channel_send(int fd, uint16_t type, uint64_t arg)
     return write_all(fd, &rec, sizeof(rec));
 }
 
-/* 1 on a record, 0 on end of stream, -1 on error or a foreign record. */
-int channel_recv(int fd, struct dmtcp_record *rec)
+/*
+ * 1 on a record, 0 on end of stream, -1 on error or a foreign record.
+ * recvmsg, never read: a socket the agent passes with a record rides on
+ * that record's bytes, and read() would silently drop it.  *passed gets
+ * that socket (close-on-exec), or -1; NULL: none is expected, and one that
+ * comes anyway is closed.
+ */
+int channel_recv_fd(int fd, struct dmtcp_record *rec, int *passed)
 {
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } control;
     char *p = (char *)rec;
     size_t got = 0;
+    int received = -1;
 
     while (got < sizeof(*rec)) {
-        long n = syscall(SYS_read, fd, p + got, sizeof(*rec) - got);
+        struct iovec iov = { p + got, sizeof(*rec) - got };
+        struct msghdr msg = { 0 };
+        long n;
+
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.buf;
+        msg.msg_controllen = sizeof(control.buf);
+        n = syscall(SYS_recvmsg, fd, &msg, MSG_CMSG_CLOEXEC);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
-            return -1;
-        if (n == 0)
-            return got == 0 ? 0 : -1;
+            goto fail;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+                continue;
+            for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+                int one;
+
+                memcpy(&one, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+                if (received < 0)
+                    received = one;
+                else
+                    syscall(SYS_close, one);
+            }
+        }
+        if (n == 0) {
+            if (got == 0) {
+                if (received >= 0)
+                    syscall(SYS_close, received);
+                return 0;
+            }
+            goto fail;
+        }
         got += (size_t)n;
     }
     if (rec->magic != DMTCP_RECORD_MAGIC || rec->version != DMTCP_RECORD_VERSION)
-        return -1;
+        goto fail;
+    if (passed)
+        *passed = received;
+    else if (received >= 0)
+        syscall(SYS_close, received);
     return 1;
+fail:
+    if (received >= 0)
+        syscall(SYS_close, received);
+    return -1;
+}
+
+int channel_recv(int fd, struct dmtcp_record *rec)
+{
+    return channel_recv_fd(fd, rec, NULL);
+}
+
+/* Exactly len bytes that follow a record (its payload). */
+int channel_recv_payload(int fd, void *buf, size_t len)
+{
+    char *p = buf;
+    size_t got = 0;
+
+    while (got < len) {
+        long n = syscall(SYS_read, fd, p + got, len - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        got += (size_t)n;
+    }
+    return 0;
+}
+
+/* A record with a socket riding on it (SCM_RIGHTS). */
+int channel_send_fd(int fd, uint16_t type, uint64_t arg, int passed)
+{
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } control;
+    struct dmtcp_record rec;
+    struct iovec iov = { &rec, sizeof(rec) };
+    struct msghdr msg = { 0 };
+    struct cmsghdr *c;
+    long n;
+
+    memset(&rec, 0, sizeof(rec));
+    rec.magic = DMTCP_RECORD_MAGIC;
+    rec.version = DMTCP_RECORD_VERSION;
+    rec.type = type;
+    rec.pid = (int32_t)syscall(SYS_getpid);
+    rec.ppid = (int32_t)syscall(SYS_getppid);
+    rec.arg = arg;
+    memset(&control, 0, sizeof(control));
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.buf;
+    msg.msg_controllen = sizeof(control.buf);
+    c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &passed, sizeof(int));
+    do
+        n = syscall(SYS_sendmsg, fd, &msg, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return -1;
+    /* the record is 24 bytes on a stream socket: the rest, if any, plainly */
+    return (size_t)n == sizeof(rec) ? 0 : write_all(fd, (char *)&rec + n, sizeof(rec) - (size_t)n);
 }
 
 void channel_close(int fd)

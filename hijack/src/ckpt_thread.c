@@ -79,13 +79,19 @@ static int connect_with_backoff(void)
 /* Serve one connection; returns when it is over. */
 static void serve(int fd)
 {
+    static int32_t fds[DMTCP_PARK_MAX];
     struct dmtcp_record rec;
+    int passed;
 
     if (channel_send(fd, DMTCP_REC_HELLO, (uint64_t)suspend_active()) < 0)
         goto out;
     for (;;) {
-        if (channel_recv(fd, &rec) <= 0)
+        if (channel_recv_fd(fd, &rec, &passed) <= 0)
             goto out;
+        if (passed >= 0 && rec.type != DMTCP_REC_UNPARK_FD) {
+            channel_close(passed);
+            passed = -1;
+        }
         switch (rec.type) {
         case DMTCP_REC_SUSPEND: {
             int stuck;
@@ -99,6 +105,24 @@ static void serve(int fd)
         case DMTCP_REC_ELECT:
             fdowner_elect();
             if (channel_send(fd, DMTCP_REC_ELECTED, 0) < 0)
+                goto out;
+            break;
+        case DMTCP_REC_PARK: {
+            int n = rec.arg > DMTCP_PARK_MAX ? -1 : (int)rec.arg;
+
+            if (n < 0 || channel_recv_payload(fd, fds, (size_t)n * sizeof(fds[0])) < 0)
+                goto out;
+            n = park_sockets(fd, fds, n);
+            if (n < 0 || channel_send(fd, DMTCP_REC_PARKED, (uint64_t)n) < 0)
+                goto out;
+            break;
+        }
+        case DMTCP_REC_UNPARK_FD:
+            if (passed >= 0)
+                park_take_back((int)(uint32_t)rec.arg, passed);
+            break;
+        case DMTCP_REC_UNPARK:
+            if (channel_send(fd, DMTCP_REC_UNPARKED, (uint64_t)park_finish()) < 0)
                 goto out;
             break;
         case DMTCP_REC_CHECKPOINT:

@@ -14,6 +14,12 @@ VALID = {
     "peers": {"count": 2, "procs": [[1, "a"], [2, "b"]]},
     "reached": {"state": "SUSPENDED", "ok": True},
     "published": {"generation": 1, "ok": True},
+    "sockets": {"generation": 1, "endpoints": [{"local": "tcp:a", "peer": "tcp:b"}]},
+    "publish": {"key": "k", "value": "198.18.0.1:5"},
+    "lookup": {"key": "k"},
+    "relay": {"conn": "a|b", "data": "AAAA"},
+    "matched": {"generation": 1, "peers": {"tcp:a": {"conn": "a|b", "side": "a"}}},
+    "found": {"key": "k", "value": "198.18.0.1:5"},
     "barrier": {"state": "DRAINED"},
     "kill": {},
     "command": {"cmd": "status"},
@@ -21,7 +27,7 @@ VALID = {
 }
 
 # field -> a value of the wrong type for it
-WRONG = {str: 1, int: "1", bool: 1, list: {"a": 1}}
+WRONG = {str: 1, int: "1", bool: 1, list: {"a": 1}, dict: [1]}
 
 
 def raw(type_: str, **fields) -> dict:

@@ -1,0 +1,109 @@
+"""The coordinator's name service and connection matching (sans-IO).
+
+Two jobs, both about network connections that outlive a checkpoint:
+
+- Matching.  At DRAINED each agent reports the connected sockets it parked,
+  each as its own address and its peer's ("endpoints").  Once every agent
+  of the round has reported, two endpoints that name each other are the
+  two ends of one connection under control: both agents get its id, which
+  side they are, and drain and refill it together.  An endpoint nobody
+  answers leads out of the computation.  Nothing is ever written into the
+  application's byte stream to find this out.
+- Names.  At restart, agents publish where a listener or one end of a
+  connection is now (key -> "host:port") and look up where their peer is;
+  a lookup of a name not yet published is answered when it is.  Names live
+  for one restart round.
+
+It also forwards "relay" messages between the two agents of a connection
+(refill data that cannot go through the socket, whose write side the
+application shut down).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from dmtcp_py.protocol import messages
+
+
+class NameService:
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+        self._waiting: dict[str, list[int]] = defaultdict(list)
+        self._reports: dict[int, list[dict]] = {}
+        self._generation: int | None = None
+        self._conn_agents: dict[str, tuple[int, int]] = {}
+
+    # ---- names --------------------------------------------------------------
+
+    def reset(self) -> None:
+        """A new restart round: earlier addresses mean nothing any more."""
+        self.names.clear()
+        self._waiting.clear()
+
+    def publish(self, agent_id: int, key: str, value: str) -> list[tuple[int, dict]]:
+        self.names[key] = value
+        found = messages.make("found", key=key, value=value)
+        return [(a, found) for a in self._waiting.pop(key, [])]
+
+    def lookup(self, agent_id: int, key: str) -> list[tuple[int, dict]]:
+        if key in self.names:
+            return [(agent_id, messages.make("found", key=key, value=self.names[key]))]
+        self._waiting[key].append(agent_id)
+        return []
+
+    # ---- matching -------------------------------------------------------------
+
+    def report(self, agent_id: int, generation: int, endpoints: list[dict],
+               participants: set[int]) -> list[tuple[int, dict]]:
+        """One agent's endpoints; when all participants have reported,
+        the matches for everyone."""
+        if generation != self._generation:
+            self._reports.clear()
+            self._generation = generation
+        self._reports[agent_id] = [e for e in endpoints if isinstance(e, dict)]
+        return self._match_if_complete(participants)
+
+    def _match_if_complete(self, participants: set[int]) -> list[tuple[int, dict]]:
+        if not participants or not participants <= self._reports.keys():
+            return []
+        owner: dict[str, int] = {}
+        peer_of: dict[str, str] = {}
+        for agent_id in sorted(participants):
+            for e in self._reports[agent_id]:
+                local, peer = str(e.get("local", "")), str(e.get("peer", ""))
+                if local and local not in owner:
+                    owner[local] = agent_id
+                    peer_of[local] = peer
+        answers: dict[int, dict[str, dict]] = {a: {} for a in participants}
+        self._conn_agents = {}
+        for local, peer in peer_of.items():
+            if peer in owner and peer_of.get(peer) == local:
+                a, b = sorted((local, peer))
+                conn = f"{a}|{b}"
+                answers[owner[local]][local] = {"conn": conn, "side": "a" if local == a else "b"}
+                self._conn_agents[conn] = (owner[a], owner[b])
+        generation = self._generation if self._generation is not None else 0
+        self._reports.clear()
+        self._generation = None
+        return [(a, messages.make("matched", generation=generation, peers=answers[a]))
+                for a in sorted(participants)]
+
+    def participants_changed(self, participants: set[int]) -> list[tuple[int, dict]]:
+        """An agent left: the others may be complete now (the round fails
+        anyway, but nobody must wait for ever)."""
+        if self._generation is None:
+            return []
+        return self._match_if_complete(participants)
+
+    def relay(self, agent_id: int, conn: str, data: str) -> list[tuple[int, dict]]:
+        ends = self._conn_agents.get(conn)
+        if ends is None:
+            return []
+        other = ends[1] if agent_id == ends[0] else ends[0]
+        return [(other, messages.make("relay", conn=conn, data=data))]
+
+    def agent_left(self, agent_id: int) -> None:
+        self._reports.pop(agent_id, None)
+        for waiting in self._waiting.values():
+            while agent_id in waiting:
+                waiting.remove(agent_id)

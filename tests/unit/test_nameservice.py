@@ -1,0 +1,82 @@
+"""The coordinator's name service and connection matching, in memory."""
+from __future__ import annotations
+
+from dmtcp_py.coordinator.machine import CoordinatorMachine, SendAgent
+from dmtcp_py.coordinator.nameservice import NameService
+
+
+def ep(local: str, peer: str) -> dict:
+    return {"local": local, "peer": peer}
+
+
+def by_agent(pairs) -> dict[int, dict]:
+    return {a: m for a, m in pairs}
+
+
+def test_matches_only_when_every_participant_reported():
+    ns = NameService()
+    assert ns.report(1, 5, [ep("tcp:A", "tcp:B"), ep("tcp:X", "tcp:outside")], {1, 2}) == []
+    out = by_agent(ns.report(2, 5, [ep("tcp:B", "tcp:A")], {1, 2}))
+    assert out[1]["type"] == "matched" and out[1]["generation"] == 5
+    assert out[1]["peers"] == {"tcp:A": {"conn": "tcp:A|tcp:B", "side": "a"}}
+    assert out[2]["peers"] == {"tcp:B": {"conn": "tcp:A|tcp:B", "side": "b"}}
+    # tcp:X leads outside: not in the answer
+
+
+def test_both_ends_in_one_agent_and_one_sided_claims():
+    ns = NameService()
+    out = by_agent(ns.report(1, 1, [ep("u:1", "u:2"), ep("u:2", "u:1"), ep("u:3", "u:1")], {1}))
+    assert set(out[1]["peers"]) == {"u:1", "u:2"}  # u:3 names u:1, which names u:2
+
+
+def test_a_new_generation_forgets_old_reports():
+    ns = NameService()
+    ns.report(1, 1, [ep("a", "b")], {1, 2})
+    assert ns.report(2, 2, [ep("b", "a")], {1, 2}) == []  # agent 1's report was for 1
+
+
+def test_agent_leaving_completes_the_others():
+    ns = NameService()
+    ns.report(1, 1, [ep("a", "b")], {1, 2})
+    ns.agent_left(2)
+    out = by_agent(ns.participants_changed({1}))
+    assert out[1]["peers"] == {}
+
+
+def test_lookup_waits_for_publish_and_reset_forgets():
+    ns = NameService()
+    assert ns.lookup(7, "conn:x") == []
+    assert by_agent(ns.publish(8, "conn:x", "198.18.0.2:4000"))[7]["value"] == "198.18.0.2:4000"
+    assert by_agent(ns.lookup(9, "conn:x"))[9]["value"] == "198.18.0.2:4000"
+    ns.reset()
+    assert ns.lookup(9, "conn:x") == []
+    ns.agent_left(9)
+    assert ns.publish(8, "conn:x", "v") == []  # nobody waits any more
+
+
+def test_relay_goes_to_the_other_end():
+    ns = NameService()
+    ns.report(1, 1, [ep("a", "b")], {1, 2})
+    ns.report(2, 1, [ep("b", "a")], {1, 2})
+    assert by_agent(ns.relay(1, "a|b", "QQ=="))[2]["data"] == "QQ=="
+    assert by_agent(ns.relay(2, "a|b", "QQ=="))[1]["type"] == "relay"
+    assert ns.relay(1, "unknown|conn", "QQ==") == []
+
+
+def test_machine_routes_socket_reports_of_a_checkpoint():
+    m = CoordinatorMachine("comp")
+    for a in (1, 2):
+        m.agent_joined(a, {"role": "agent", "token": "t", "host": "h", "pid": a,
+                           "program": "p", "tree_id": f"t{a}"}, 0.0)
+    m.request_checkpoint(None, 0.0)
+    gen = m.round.generation
+    assert m.agent_message(1, {"type": "sockets", "generation": gen,
+                               "endpoints": [ep("a", "b")]}, 0.0) == []
+    out = m.agent_message(2, {"type": "sockets", "generation": gen,
+                              "endpoints": [ep("b", "a")]}, 0.0)
+    assert sorted(x.agent_id for x in out if isinstance(x, SendAgent)) == [1, 2]
+    # outside a checkpoint a report is refused with a notice, never matched
+    m2 = CoordinatorMachine("comp")
+    m2.agent_joined(1, {"role": "agent", "token": "t"}, 0.0)
+    assert not any(isinstance(x, SendAgent) for x in
+                   m2.agent_message(1, {"type": "sockets", "generation": 1, "endpoints": []}, 0.0))
