@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 
 from dmtcp_py.agent import criu_driver, shimlink, stdio
+from dmtcp_py.agent.network import Network
 from dmtcp_py.agent.shimlink import ShimLink
 from dmtcp_py.agent.tree import Tree, become_subreaper
 from dmtcp_py.errors import UserError
@@ -65,6 +66,7 @@ class Agent:
         self.tree = Tree()
         name = cfg.manifest.agent_socket if cfg.manifest else f"dmtcp-agent-{cfg.tree_id}"
         self.shims = ShimLink(name, on_change=self._peers_changed)
+        self.net = Network(self.shims, self._send)
         self.state = State.RESTARTING if cfg.manifest else State.RUNNING
         self.comp_id = ""
         self.writer: asyncio.StreamWriter | None = None
@@ -92,11 +94,17 @@ class Agent:
             raise UserError(f"cannot listen for the tree's processes on @{self.shims.name}: "
                             f"{exc.strerror} (is this tree already running on this host?)") from None
         reader = await self._join_coordinator()
+        # listening already while restoring: connections find their peers
+        # through the coordinator's names
+        listener = asyncio.create_task(self._coordinator_loop(reader))
         if self.cfg.manifest is None:
             self._start_tree()
         else:
-            await self._restore()
-        listener = asyncio.create_task(self._coordinator_loop(reader))
+            try:
+                await self._restore()
+            except BaseException:
+                listener.cancel()
+                raise
         await self.tree.exited.wait()
         # orphans that came back to us are still the program's processes
         while self.tree.has_live_processes():
@@ -170,8 +178,12 @@ class Agent:
                 if msg is None:
                     break
                 if msg["type"] == "barrier":
-                    async with self.busy:
-                        await self._barrier(msg)
+                    # in a task: a barrier may wait for messages that come
+                    # on this same connection (matches, names); the lock
+                    # keeps barriers in order
+                    asyncio.create_task(self._barrier_in_turn(msg))
+                elif self.net.on_message(msg):
+                    pass
                 elif msg["type"] == "kill":
                     log.info("kill requested by the coordinator")
                     self.tree.kill()
@@ -181,6 +193,15 @@ class Agent:
             log.exception("agent failure")
             raise
         log.warning("lost the coordinator; the program keeps running without checkpoints")
+
+    async def _barrier_in_turn(self, msg: dict) -> None:
+        async with self.busy:
+            try:
+                await self._barrier(msg)
+            except Exception:
+                log.exception("agent failure at barrier %s", msg.get("state"))
+                self._send(messages.make("reached", state=msg["state"], ok=False,
+                                         error="internal error of the agent (see its log)"))
 
     def _peers_changed(self) -> None:
         procs = []
@@ -216,6 +237,14 @@ class Agent:
         assert m is not None and cfg.image is not None
         shared_files.restore(m.shared_files, cfg.image)
         written_files.rollback(m.written_files)
+        if m.sockets:
+            reach_ip = self.writer.get_extra_info("sockname")[0] if self.writer else "127.0.0.1"
+            try:
+                await self.net.recreate(m.sockets, cfg.image, reach_ip)
+            except Exception as exc:
+                self._send(messages.make("reached", state=State.CHECKPOINTED.value, ok=False,
+                                         error=str(exc)))
+                raise UserError(f"cannot make the network connections again: {exc}") from None
         handover = stdio.prepare(m.stdio, run_dir())
         log_path = run_dir() / f"criu-restore-{m.tree_id}-{os.getpid()}.log"
         loop = asyncio.get_running_loop()
@@ -263,6 +292,13 @@ class Agent:
             stuck = await self.shims.request_all(shimlink.ELECT, shimlink.ELECTED, SHIM_TIMEOUT)
             if stuck:
                 error = f"processes {stuck} did not answer the election request"
+        elif target is State.DRAINED:
+            try:
+                await self.net.park_and_drain(self.shims.pids(), self.comp_id,
+                                              int(msg.get("generation", 0)), SHIM_TIMEOUT)
+            except Exception as exc:
+                error = f"draining the network connections failed: {exc!r}"
+                log.exception("drain failed")
         elif target is State.CHECKPOINTED:
             try:
                 reply["image"] = await self._checkpoint(msg)
@@ -276,6 +312,11 @@ class Agent:
             missing = await self.shims.wait_for(self.tree.alive(self.expected_pids), SHIM_TIMEOUT)
             if missing:
                 log.warning("processes %s did not reconnect", sorted(missing))
+            try:
+                await self.net.refill_and_unpark(SHIM_TIMEOUT)
+            except Exception as exc:
+                error = f"refilling the network connections failed: {exc!r}"
+                log.exception("refill failed")
         elif target is State.RUNNING:
             await self.shims.request_all(shimlink.RESUME, shimlink.RESUMED, SHIM_TIMEOUT)
             self.shims.running = True
@@ -346,7 +387,7 @@ class Agent:
                 host=hostname(), generation=generation, time=time.time(),
                 root_pid=self.tree.root_pid, pids=sorted(p.pid for p in procs),
                 peers=len(parked), shim_pids=sorted(parked), shared_files=shared,
-                written_files=written,
+                written_files=written, sockets=self.net.table(partial),
                 agent_socket=self.shims.name,
                 num_trees=int(msg.get("num_trees", 1)), stdio=io, external=external,
                 criu_version=criu_driver.version(), files=files)

@@ -39,6 +39,7 @@ class Manifest:
     shim_pids: list[int] = field(default_factory=list)  # processes that reconnect
     shared_files: list[dict] = field(default_factory=list)  # see images.shared_files
     written_files: list[dict] = field(default_factory=list)  # see images.written_files
+    sockets: list[dict] = field(default_factory=list)  # see agent.network
     format: int = FORMAT
 
     @property

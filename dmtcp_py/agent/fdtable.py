@@ -1,0 +1,216 @@
+"""The tree's sockets as the agent sees them: which ones leave the processes
+for the dump, what each one is, and the names that match two ends.
+
+CRIU may keep a socket only when it can restore it by itself: a Unix
+socket whose peer is in the same tree (or that has no peer).  Every
+AF_INET/AF_INET6 socket and every Unix socket whose peer is outside the
+tree is parked with the agent (DESIGN.md section 3, step 3).
+
+Names ("keys") of endpoints are what the coordinator matches: a connection
+is under control when both of its ends are reported, each naming the other.
+Addresses that mean something only inside one network namespace (loopback,
+the wildcard) and Unix socket inodes carry the namespace's or the boot's
+identity, so that two hosts never match each other's loopback connections.
+"""
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from pyroute2 import DiagSocket
+
+# options that describe how the program set its socket up (restored on a
+# new socket after a restart); transient ones (TCP_CORK) are left out
+_OPTIONS = [
+    (socket.SOL_SOCKET, socket.SO_REUSEADDR, 4), (socket.SOL_SOCKET, socket.SO_REUSEPORT, 4),
+    (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 4), (socket.SOL_SOCKET, socket.SO_BROADCAST, 4),
+    (socket.SOL_SOCKET, socket.SO_OOBINLINE, 4), (socket.SOL_SOCKET, socket.SO_LINGER, 8),
+    (socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16), (socket.SOL_SOCKET, socket.SO_SNDTIMEO, 16),
+    (socket.SOL_SOCKET, socket.SO_PRIORITY, 4),
+]
+_TCP_OPTIONS = [
+    (socket.IPPROTO_TCP, socket.TCP_NODELAY, 4), (socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 4),
+    (socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 4), (socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 4),
+]
+_V6_OPTIONS = [(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 4)]
+
+
+@lru_cache(maxsize=1)
+def boot_id() -> str:
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        return f.read().strip()
+
+
+def netns_id() -> str:
+    return f"{boot_id()}/{os.stat('/proc/self/ns/net').st_ino}"
+
+
+def socket_inode(pid: int, fd: int) -> int | None:
+    try:
+        link = os.readlink(f"/proc/{pid}/fd/{fd}")
+    except OSError:
+        return None
+    if link.startswith("socket:[") and link.endswith("]"):
+        return int(link[8:-1])
+    return None
+
+
+def tree_sockets(pids: list[int]) -> dict[int, dict[int, int]]:
+    """pid -> {fd: socket inode}."""
+    out: dict[int, dict[int, int]] = {}
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for name in fds:
+            ino = socket_inode(pid, int(name))
+            if ino is not None:
+                out.setdefault(pid, {})[int(name)] = ino
+    return out
+
+
+def unix_peers() -> dict[int, int]:
+    """Every Unix socket of this network namespace: inode -> peer inode (0: none)."""
+    with DiagSocket() as diag:
+        diag.bind()
+        answer = diag.get_sock_stats(family=socket.AF_UNIX)
+    return {m["udiag_ino"]: dict(m["attrs"]).get("UNIX_DIAG_PEER", 0) for m in answer}
+
+
+def inet_inodes() -> set[int]:
+    """Inodes of the TCP and UDP sockets of this network namespace."""
+    inodes: set[int] = set()
+    for table in ("tcp", "tcp6", "udp", "udp6"):
+        try:
+            with open(f"/proc/net/{table}") as f:
+                next(f)
+                for line in f:
+                    inodes.add(int(line.split()[9]))
+        except (OSError, StopIteration, IndexError, ValueError):
+            continue
+    return inodes
+
+
+def to_park(pids: list[int]) -> dict[int, list[int]]:
+    """pid -> the fd numbers whose sockets must leave that process."""
+    found = tree_sockets(pids)
+    if not found:
+        return {}
+    in_tree = {ino for fds in found.values() for ino in fds.values()}
+    peers = unix_peers()
+    inet = inet_inodes()
+    out: dict[int, list[int]] = {}
+    for pid, fds in found.items():
+        for fd, ino in sorted(fds.items()):
+            if ino in peers:
+                park = peers[ino] != 0 and peers[ino] not in in_tree
+            else:
+                park = ino in inet
+            if park:
+                out.setdefault(pid, []).append(fd)
+    return out
+
+
+def _is_local_only(ip: str) -> bool:
+    try:
+        addr = ipaddress.ip_address(ip.split("%")[0])
+    except ValueError:
+        return True
+    mapped = getattr(addr, "ipv4_mapped", None)
+    addr = mapped or addr
+    return addr.is_loopback or addr.is_unspecified
+
+
+def inet_key(kind: str, addr: tuple, netid: str) -> str:
+    ip, port = addr[0], addr[1]
+    if _is_local_only(ip):
+        return f"{kind}:{netid}/{ip}:{port}"
+    return f"{kind}:{ip}:{port}"
+
+
+@dataclass
+class SocketEntry:
+    """One parked socket (one inode), with every (pid, fd) that holds it."""
+    ino: int
+    sock: socket.socket
+    copies: list[tuple[int, int]] = field(default_factory=list)
+    leader: bool = False
+    info: dict = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        return "stream" if self.sock.type == socket.SOCK_STREAM else "message"
+
+
+def describe(sock: socket.socket, ino: int, unix_peer: int) -> dict:
+    family, type_ = sock.family, sock.type
+    info: dict = {"ino": ino, "family": int(family), "type": int(type_), "proto": sock.proto}
+    try:
+        info["listening"] = bool(sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN))
+    except OSError:
+        info["listening"] = False
+    info["local"] = _addr(family, sock.getsockname())
+    try:
+        info["peer"] = _addr(family, sock.getpeername())
+    except OSError:
+        info["peer"] = None
+    wanted = list(_OPTIONS)
+    if family in (socket.AF_INET, socket.AF_INET6) and type_ == socket.SOCK_STREAM:
+        wanted += _TCP_OPTIONS
+    if family == socket.AF_INET6:
+        wanted += _V6_OPTIONS
+    options = []
+    for level, name, size in wanted:
+        try:
+            options.append([level, name, sock.getsockopt(level, name, size).hex()])
+        except OSError:
+            pass
+    info["options"] = options
+    netid = netns_id()
+    if family == socket.AF_UNIX:
+        info["key"] = f"unix:{boot_id()}:{ino}"
+        info["peer_key"] = f"unix:{boot_id()}:{unix_peer}" if unix_peer else None
+    else:
+        kind = "tcp" if type_ == socket.SOCK_STREAM else "udp"
+        info["key"] = inet_key(kind, sock.getsockname(), netid)
+        info["peer_key"] = inet_key(kind, sock.getpeername(), netid) if info["peer"] else None
+    return info
+
+
+def _addr(family: int, addr) -> list | str | None:
+    if family == socket.AF_UNIX:
+        if isinstance(addr, bytes):
+            return "@" + addr[1:].decode(errors="replace") if addr[:1] == b"\0" else addr.decode(errors="replace")
+        return addr or None
+    return [addr[0], addr[1]]
+
+
+def set_options(sock: socket.socket, options: list) -> None:
+    for level, name, value in options:
+        try:
+            sock.setsockopt(level, name, bytes.fromhex(value))
+        except OSError:
+            pass  # an option this kernel or this address family refuses
+
+
+def entries(parked) -> dict[int, SocketEntry]:
+    """Group the parked copies by socket; describe each socket once."""
+    peers: dict[int, int] | None = None
+    out: dict[int, SocketEntry] = {}
+    for p in parked:
+        ino = os.fstat(p.sock.fileno()).st_ino
+        entry = out.get(ino)
+        if entry is None:
+            if p.sock.family == socket.AF_UNIX and peers is None:
+                peers = unix_peers()
+            entry = out[ino] = SocketEntry(ino, p.sock)
+            entry.info = describe(p.sock, ino, (peers or {}).get(ino, 0))
+        entry.copies.append((p.pid, p.fd))
+        entry.leader = entry.leader or p.leader
+    return out
+
+

@@ -1,0 +1,348 @@
+"""One agent's part in keeping network connections alive (DESIGN.md 3-4).
+
+At a checkpoint: the tree's network sockets are parked with the agent
+(DRAINED), reported to the coordinator, which matches the two ends of each
+connection under control; both ends' agents drain it (drain.py).  The
+table of sockets and the drained bytes go into the image (CHECKPOINTED).
+At REFILLED the drained bytes go back into the kernel buffers (refill) and
+the sockets go back to their processes, on their fd numbers.
+
+At a restart: before CRIU restores the tree, every socket is made again.
+Listeners rebind their port; the two ends of each connection under control
+find each other through the coordinator's names and connect (so a tree
+may come back on another host, with other addresses); a connection that
+led out of the computation comes back closed, with a warning naming it.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import Awaitable, Callable
+
+from dmtcp_py.agent import drain, fdtable
+from dmtcp_py.agent.fdtable import SocketEntry
+from dmtcp_py.agent.shimlink import ShimLink
+from dmtcp_py.protocol import messages
+
+log = logging.getLogger("agent.network")
+
+DRAIN_TIMEOUT = 30.0
+CONNECT_TIMEOUT = 60.0
+HANDSHAKE = 16  # bytes of sha256(connection id) a reconnecting end sends first
+
+
+def _cookie(comp_id: str, conn: str, generation: int) -> bytes:
+    return hashlib.sha256(f"dmtcp-drain {comp_id} {conn} {generation}".encode()).digest()
+
+
+def _tag(conn: str) -> bytes:
+    return hashlib.sha256(f"dmtcp-conn {conn}".encode()).digest()[:HANDSHAKE]
+
+
+class Network:
+    def __init__(self, shims: ShimLink, send: Callable[[dict], None]) -> None:
+        self.shims = shims
+        self._send = send
+        self.entries: dict[int, SocketEntry] = {}
+        self.conns: dict[int, dict] = {}          # ino -> {"conn", "side"}
+        self.drained: dict[int, drain.Drained] = {}
+        self._matched: asyncio.Future | None = None
+        self._found: dict[str, asyncio.Future] = {}
+        self._relays: dict[str, asyncio.Queue] = {}
+        self.warnings: list[str] = []
+        # restart: ends whose write side the program had shut; shut again
+        # once refilled
+        self._shut_after: dict[int, bool] = {}
+
+    # ---- messages from the coordinator ----------------------------------------
+
+    def on_message(self, msg: dict) -> bool:
+        """Take the messages that are ours; False for the others."""
+        if msg["type"] == "matched":
+            if self._matched is not None and not self._matched.done():
+                self._matched.set_result(msg)
+            return True
+        if msg["type"] == "found":
+            fut = self._found.get(msg["key"])
+            if fut is not None and not fut.done():
+                fut.set_result(msg["value"])
+            return True
+        if msg["type"] == "relay":
+            self._relay_queue(msg["conn"]).put_nowait(base64.b64decode(msg["data"]))
+            return True
+        return False
+
+    def _relay_queue(self, conn: str) -> asyncio.Queue:
+        return self._relays.setdefault(conn, asyncio.Queue())
+
+    async def _lookup(self, key: str, timeout: float) -> str:
+        fut = self._found.setdefault(key, asyncio.get_running_loop().create_future())
+        self._send(messages.make("lookup", key=key))
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout)
+        finally:
+            self._found.pop(key, None)
+
+    # ---- checkpoint ----------------------------------------------------------------
+
+    async def park_and_drain(self, pids: list[int], comp_id: str, generation: int,
+                             timeout: float) -> None:
+        """DRAINED.  Raises on failure (the checkpoint fails; RUNNING still
+        hands every parked socket back)."""
+        self.close()
+        wanted = await asyncio.get_running_loop().run_in_executor(None, fdtable.to_park, pids)
+        parked = await self.shims.park(wanted, timeout) if wanted else []
+        self.entries = fdtable.entries(parked)
+        # every copy but one per socket is closed now; the entry keeps one
+        keep = {id(e.sock) for e in self.entries.values()}
+        for p in parked:
+            if id(p.sock) not in keep:
+                p.sock.close()
+        endpoints = [{"local": e.info["key"], "peer": e.info["peer_key"]}
+                     for e in self.entries.values() if e.info.get("peer_key")]
+        self._matched = asyncio.get_running_loop().create_future()
+        self._send(messages.make("sockets", generation=generation, endpoints=endpoints))
+        answer = await asyncio.wait_for(self._matched, timeout)
+        by_key = answer["peers"]
+        self.conns = {}
+        for ino, e in self.entries.items():
+            match = by_key.get(e.info["key"])
+            if match is not None and e.info.get("peer_key"):
+                self.conns[ino] = {"conn": match["conn"], "side": match["side"]}
+            elif e.info.get("peer_key") and not e.info["listening"]:
+                log.info("socket %s -> %s leads out of the computation", e.info["local"], e.info["peer"])
+        jobs = {ino: drain.drain(self.entries[ino].sock,
+                                 _cookie(comp_id, c["conn"], generation), DRAIN_TIMEOUT)
+                for ino, c in self.conns.items() if self.entries[ino].leader}
+        results = await asyncio.gather(*jobs.values())
+        self.drained = dict(zip(jobs, results))
+        total = sum(d.nbytes for d in self.drained.values())
+        log.info("parked %d sockets, %d connections under control, %d bytes drained",
+                 len(self.entries), len(self.conns), total)
+
+    def table(self, image_dir: Path) -> list[dict]:
+        """The manifest's socket table; drained bytes go to files beside it."""
+        out = []
+        for ino, e in sorted(self.entries.items()):
+            row = {**e.info, "copies": [list(c) for c in e.copies], "leader": e.leader}
+            conn = self.conns.get(ino)
+            if conn is not None:
+                row.update(conn)
+            d = self.drained.get(ino)
+            if d is not None:
+                name = f"socket-{ino}.drained.json"
+                path = image_dir / name
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    json.dump(d.to_json(), f)
+                row["drained"] = name
+                row["drained_bytes"] = d.nbytes
+            out.append(row)
+        return out
+
+    async def refill_and_unpark(self, timeout: float) -> None:
+        """REFILLED: bytes back into the kernel, sockets back on their fds."""
+        jobs = []
+        for ino, d in self.drained.items():
+            conn = self.conns[ino]["conn"]
+            jobs.append(drain.refill(self.entries[ino].sock, d, DRAIN_TIMEOUT,
+                                     relay_send=self._relay_sender(conn),
+                                     relay_recv=self._relay_receiver(conn),
+                                     shut_after=self._shut_after.get(ino, False)))
+        errors = [r for r in await asyncio.gather(*jobs, return_exceptions=True)
+                  if isinstance(r, BaseException)]
+        await self.unpark(timeout)
+        if errors:
+            raise errors[0]
+
+    async def unpark(self, timeout: float) -> None:
+        by_pid: dict[int, list[tuple[int, int]]] = {}
+        for e in self.entries.values():
+            for pid, fd in e.copies:
+                by_pid.setdefault(pid, []).append((fd, e.sock.fileno()))
+        if by_pid:
+            left = await self.shims.unpark(by_pid, timeout)
+            for pid, n in left.items():
+                if n:
+                    log.warning("process %d kept %d sockets as /dev/null", pid, n)
+        self.close()
+
+    def _relay_sender(self, conn: str) -> Callable[[bytes], Awaitable[None]]:
+        async def send(data: bytes) -> None:
+            self._send(messages.make("relay", conn=conn, data=base64.b64encode(data).decode()))
+        return send
+
+    def _relay_receiver(self, conn: str) -> Callable[[], Awaitable[bytes]]:
+        async def recv() -> bytes:
+            return await self._relay_queue(conn).get()
+        return recv
+
+    def close(self) -> None:
+        for e in self.entries.values():
+            e.sock.close()
+        self.entries, self.conns, self.drained = {}, {}, {}
+        self._shut_after = {}
+        self._relays.clear()
+
+    # ---- restart ------------------------------------------------------------------------
+
+    async def recreate(self, table: list[dict], image_dir: Path, reach_ip: str) -> None:
+        """Make every socket of the table again, before the tree is restored."""
+        self.close()
+        jobs = []
+        for row in table:
+            jobs.append(self._recreate_one(row, image_dir, reach_ip))
+        results = await asyncio.gather(*jobs, return_exceptions=True)
+        for row, result in zip(table, results):
+            if isinstance(result, BaseException):
+                for r in results:
+                    if isinstance(r, SocketEntry):
+                        r.sock.close()
+                raise RuntimeError(f"socket {row.get('local')} -> {row.get('peer')}: {result}")
+            self.entries[row["ino"]] = result
+        for w in self.warnings:
+            log.warning("%s", w)
+
+    async def _recreate_one(self, row: dict, image_dir: Path, reach_ip: str) -> SocketEntry:
+        family, type_ = socket.AddressFamily(row["family"]), socket.SocketKind(row["type"])
+        ino = row["ino"]
+        if row.get("conn"):
+            sock = await self._reconnect(row, reach_ip)
+            if row.get("drained"):
+                d = drain.Drained.from_json(json.loads((image_dir / row["drained"]).read_text()))
+                # a fresh socket: both write sides are open, nothing was kept
+                # in a queue; the end the program had shut is shut again
+                # once refilled, so its peer reads the EOF after the data
+                self.drained[ino] = dataclasses.replace(d, self_shut_wr=False, peer_shut_wr=False,
+                                                        kept=0)
+                self._shut_after[ino] = d.self_shut_wr
+            self.conns[ino] = {"conn": row["conn"], "side": row["side"]}
+        elif row.get("listening") or not row.get("peer"):
+            sock = socket.socket(family, type_, row["proto"])
+            fdtable.set_options(sock, row["options"])
+            if row.get("local") and family != socket.AF_UNIX:
+                sock.bind(_local_address(family, row["local"]))
+            if row.get("listening"):
+                sock.listen(socket.SOMAXCONN)
+        else:
+            sock = _closed_connection(family, type_)
+            self.warnings.append(f"connection {_show(row['local'])} -> {_show(row['peer'])} "
+                                 "led out of the computation; it comes back closed")
+        fdtable.set_options(sock, row["options"])
+        entry = SocketEntry(ino, sock, [tuple(c) for c in row["copies"]], row.get("leader", True),
+                            dict(row))
+        return entry
+
+    async def _reconnect(self, row: dict, reach_ip: str) -> socket.socket:
+        """The two ends of a connection meet again: side a listens and
+        publishes where, side b looks it up and connects, then sends the
+        connection's tag so a stray connection is never taken for it."""
+        loop = asyncio.get_running_loop()
+        family, type_, conn = socket.AddressFamily(row["family"]), socket.SocketKind(row["type"]), row["conn"]
+        key = f"conn:{conn}"
+        if row["side"] == "a":
+            listener = socket.socket(family, type_ if type_ != socket.SOCK_DGRAM else socket.SOCK_STREAM)
+            try:
+                if family == socket.AF_UNIX:
+                    name = f"dmtcp-conn-{hashlib.sha256(key.encode()).hexdigest()[:24]}-{os.getpid()}"
+                    listener.bind("\0" + name)
+                    where = "@" + name
+                else:
+                    listener.bind((_reach(family, reach_ip), 0))
+                    where = "%s|%d" % listener.getsockname()[:2]
+                listener.listen(8)
+                listener.setblocking(False)
+                self._send(messages.make("publish", key=key, value=where))
+                while True:
+                    sock, _ = await asyncio.wait_for(loop.sock_accept(listener), CONNECT_TIMEOUT)
+                    sock.setblocking(False)
+                    tag = await asyncio.wait_for(_recv_exactly(loop, sock, HANDSHAKE), CONNECT_TIMEOUT)
+                    if tag == _tag(conn):
+                        sock.setblocking(True)
+                        return sock
+                    sock.close()
+            finally:
+                listener.close()
+        where = await self._lookup(key, CONNECT_TIMEOUT)
+        sock = socket.socket(family, type_)
+        try:
+            sock.setblocking(False)
+            if family == socket.AF_UNIX:
+                await loop.sock_connect(sock, "\0" + where[1:])
+            else:
+                host, port = where.rsplit("|", 1)
+                await loop.sock_connect(sock, (host, int(port)))
+            await loop.sock_sendall(sock, _tag(conn))
+            sock.setblocking(True)
+            return sock
+        except BaseException:
+            sock.close()
+            raise
+
+
+async def _recv_exactly(loop, sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = await loop.sock_recv(sock, n - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _show(addr) -> str:
+    if isinstance(addr, list):
+        return f"{addr[0]}:{addr[1]}"
+    return str(addr)
+
+
+def _reach(family: int, ip: str) -> str:
+    if family == socket.AF_INET6 and ":" not in ip:
+        return "::ffff:" + ip
+    return ip
+
+
+def _is_here(family: int, ip: str) -> bool:
+    probe = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        probe.bind((ip, 0))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+def _local_address(family: int, local: list) -> tuple:
+    """The same port; the same address if this host has it, else any."""
+    ip, port = local[0], local[1]
+    if fdtable._is_local_only(ip) or _is_here(family, ip):
+        return (ip, port)
+    return ("::" if family == socket.AF_INET6 else "0.0.0.0", port)
+
+
+def _closed_connection(family: int, type_: int) -> socket.socket:
+    """A connected socket whose peer is gone: reads see EOF, writes EPIPE."""
+    if family == socket.AF_UNIX:
+        a, b = socket.socketpair(socket.AF_UNIX, type_)
+        b.close()
+        return a
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.bind(("::1" if family == socket.AF_INET6 else "127.0.0.1", 0))
+        listener.listen(1)
+        sock = socket.socket(family, type_)
+        if type_ == socket.SOCK_STREAM:
+            sock.connect(listener.getsockname()[:2])
+            peer, _ = listener.accept()
+            peer.close()
+        return sock
+    finally:
+        listener.close()

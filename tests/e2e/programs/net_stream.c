@@ -1,0 +1,151 @@
+/*
+ * Two processes (launched as two trees) streaming over one TCP connection
+ * in both directions, each checking every byte it receives.
+ *
+ *   net_stream server HOST PORT TICKS INTERVAL_MS
+ *   net_stream client HOST PORT TICKS INTERVAL_MS
+ *
+ * Each side writes consecutive 64-bit counters four times faster than the
+ * other side reads them, so the kernel's buffers are full whenever a
+ * checkpoint comes: what is in flight must survive draining and refilling.
+ * A counter out of sequence is a lost, doubled or reordered byte: FAIL,
+ * exit 3.  After TICKS ticks each side shuts its writing half, reads to the
+ * end of the peer's stream and prints "done TICKS".  The server keeps its
+ * listening socket open the whole time.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "res_common.h"
+
+#define WRITE_BLOCK 65536
+#define READ_BLOCK 16384
+
+static int conn = -1;
+static volatile int stop_writing;
+static volatile uint64_t received; /* counters received so far */
+
+/* A signal may cut a blocking write short: go on from where it stopped. */
+static int write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static void *writer(void *unused)
+{
+    static uint64_t block[WRITE_BLOCK / 8];
+    uint64_t next = 0;
+
+    (void)unused;
+    while (!stop_writing) {
+        for (size_t i = 0; i < WRITE_BLOCK / 8; i++)
+            block[i] = next++;
+        if (write_all(conn, block, sizeof(block)) != 0)
+            res_fail("write: %s", strerror(errno));
+        res_sleep_ms(1);
+    }
+    return NULL;
+}
+
+static void *reader(void *unused)
+{
+    static unsigned char buf[READ_BLOCK + 8];
+    size_t have = 0; /* bytes of a partial counter carried over */
+
+    (void)unused;
+    for (;;) {
+        ssize_t n = read(conn, buf + have, READ_BLOCK);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            res_fail("read: %s", strerror(errno));
+        if (n == 0)
+            break;
+        have += (size_t)n;
+        size_t whole = have / 8 * 8;
+        for (size_t off = 0; off < whole; off += 8) {
+            uint64_t v;
+            memcpy(&v, buf + off, 8);
+            if (v != received)
+                res_fail("got counter %llu, expected %llu",
+                         (unsigned long long)v, (unsigned long long)received);
+            received++;
+        }
+        memmove(buf, buf + whole, have - whole);
+        have -= whole;
+        res_sleep_ms(1);
+    }
+    if (have != 0)
+        res_fail("stream ended inside a counter");
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    struct sockaddr_in addr;
+    long ticks, ms;
+    int listener = -1, one = 1;
+    pthread_t w, r;
+
+    if (argc != 6)
+        res_fail("usage: %s server|client HOST PORT TICKS INTERVAL_MS", argv[0]);
+    res_args(argc - 3, argv + 3, &ticks, &ms);
+    memset(&addr, 0, sizeof(addr));
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)atoi(argv[3]));
+    if (inet_pton(AF_INET, argv[2], &addr.sin_addr) != 1)
+        res_fail("bad address %s", argv[2]);
+    if (strcmp(argv[1], "server") == 0) {
+        listener = socket(AF_INET, SOCK_STREAM, 0);
+        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(listener, (struct sockaddr *)&addr, sizeof(addr)) != 0 || listen(listener, 4) != 0)
+            res_fail("listen on %s:%s: %s", argv[2], argv[3], strerror(errno));
+        printf("listening\n");
+        while ((conn = accept(listener, NULL, NULL)) < 0 && errno == EINTR)
+            ;
+    } else {
+        for (int tries = 0; tries < 500; tries++) {
+            conn = socket(AF_INET, SOCK_STREAM, 0);
+            if (connect(conn, (struct sockaddr *)&addr, sizeof(addr)) == 0)
+                break;
+            close(conn);
+            conn = -1;
+            res_sleep_ms(20);
+        }
+    }
+    if (conn < 0)
+        res_fail("no connection: %s", strerror(errno));
+    setsockopt(conn, IPPROTO_TCP, 1 /* TCP_NODELAY */, &one, sizeof(one));
+    pthread_create(&w, NULL, writer, NULL);
+    pthread_create(&r, NULL, reader, NULL);
+    for (long t = 1; t <= ticks; t++) {
+        res_sleep_ms(ms);
+        printf("tick %ld %s received %llu\n", t, argv[1], (unsigned long long)received);
+    }
+    stop_writing = 1;
+    pthread_join(w, NULL);
+    if (shutdown(conn, SHUT_WR) != 0)
+        res_fail("shutdown: %s", strerror(errno));
+    pthread_join(r, NULL);
+    printf("done %ld %s received %llu\n", ticks, argv[1], (unsigned long long)received);
+    if (listener >= 0)
+        close(listener);
+    return 0;
+}
