@@ -18,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import errno
 import hashlib
 import json
 import logging
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Awaitable, Callable
 
@@ -209,6 +211,7 @@ class Network:
             self.entries[row["ino"]] = result
         for w in self.warnings:
             log.warning("%s", w)
+            print(f"dmtcp-restart: warning: {w}", file=sys.stderr, flush=True)
 
     async def _recreate_one(self, row: dict, image_dir: Path, reach_ip: str) -> SocketEntry:
         family, type_ = socket.AddressFamily(row["family"]), socket.SocketKind(row["type"])
@@ -228,7 +231,18 @@ class Network:
             sock = socket.socket(family, type_, row["proto"])
             fdtable.set_options(sock, row["options"])
             if row.get("local") and family != socket.AF_UNIX:
-                sock.bind(_local_address(family, row["local"]))
+                where = _local_address(family, row["local"])
+                try:
+                    sock.bind(where)
+                except OSError as exc:
+                    if exc.errno != errno.EADDRINUSE:
+                        raise
+                    # several trees that listened on one port on their own
+                    # hosts, now restarted on one host
+                    sock.bind((where[0], 0))
+                    self.warnings.append(f"port {where[1]} is taken here: the socket that was "
+                                         f"bound to {_show(row['local'])} is now on port "
+                                         f"{sock.getsockname()[1]}")
             if row.get("listening"):
                 sock.listen(socket.SOMAXCONN)
         else:

@@ -4,6 +4,11 @@
  *
  *   net_stream server HOST PORT TICKS INTERVAL_MS
  *   net_stream client HOST PORT TICKS INTERVAL_MS
+ *   net_stream ring HOST PORT NEXT TICKS INTERVAL_MS
+ *
+ * In a ring, each process listens on HOST:PORT, connects to NEXT:PORT and
+ * accepts its predecessor: it streams to its successor and checks what its
+ * predecessor streams to it.
  *
  * Each side writes consecutive 64-bit counters four times faster than the
  * other side reads them, so the kernel's buffers are full whenever a
@@ -26,7 +31,7 @@
 #define WRITE_BLOCK 65536
 #define READ_BLOCK 16384
 
-static int conn = -1;
+static int in_fd = -1, out_fd = -1; /* the same connection but in a ring */
 static volatile int stop_writing;
 static volatile uint64_t received; /* counters received so far */
 
@@ -56,7 +61,7 @@ static void *writer(void *unused)
     while (!stop_writing) {
         for (size_t i = 0; i < WRITE_BLOCK / 8; i++)
             block[i] = next++;
-        if (write_all(conn, block, sizeof(block)) != 0)
+        if (write_all(out_fd, block, sizeof(block)) != 0)
             res_fail("write: %s", strerror(errno));
         res_sleep_ms(1);
     }
@@ -70,7 +75,7 @@ static void *reader(void *unused)
 
     (void)unused;
     for (;;) {
-        ssize_t n = read(conn, buf + have, READ_BLOCK);
+        ssize_t n = read(in_fd, buf + have, READ_BLOCK);
 
         if (n < 0 && errno == EINTR)
             continue;
@@ -97,42 +102,77 @@ static void *reader(void *unused)
     return NULL;
 }
 
+static void parse_addr(struct sockaddr_in *addr, const char *host, const char *port)
+{
+    memset(addr, 0, sizeof(*addr));
+    addr->sin_family = AF_INET;
+    addr->sin_port = htons((uint16_t)atoi(port));
+    if (inet_pton(AF_INET, host, &addr->sin_addr) != 1)
+        res_fail("bad address %s", host);
+}
+
+static int listen_on(const struct sockaddr_in *addr)
+{
+    int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (const struct sockaddr *)addr, sizeof(*addr)) != 0 || listen(fd, 4) != 0)
+        res_fail("listen: %s", strerror(errno));
+    return fd;
+}
+
+static int accept_one(int listener)
+{
+    int fd;
+
+    while ((fd = accept(listener, NULL, NULL)) < 0 && errno == EINTR)
+        ;
+    if (fd < 0)
+        res_fail("accept: %s", strerror(errno));
+    return fd;
+}
+
+static int connect_to(const struct sockaddr_in *addr)
+{
+    for (int tries = 0; tries < 500; tries++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+        if (connect(fd, (const struct sockaddr *)addr, sizeof(*addr)) == 0)
+            return fd;
+        close(fd);
+        res_sleep_ms(20);
+    }
+    res_fail("no connection: %s", strerror(errno));
+    return -1;
+}
+
 int main(int argc, char **argv)
 {
-    struct sockaddr_in addr;
+    struct sockaddr_in addr, next;
     long ticks, ms;
-    int listener = -1, one = 1;
+    int listener = -1, one = 1, ring;
     pthread_t w, r;
 
-    if (argc != 6)
-        res_fail("usage: %s server|client HOST PORT TICKS INTERVAL_MS", argv[0]);
-    res_args(argc - 3, argv + 3, &ticks, &ms);
-    memset(&addr, 0, sizeof(addr));
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons((uint16_t)atoi(argv[3]));
-    if (inet_pton(AF_INET, argv[2], &addr.sin_addr) != 1)
-        res_fail("bad address %s", argv[2]);
-    if (strcmp(argv[1], "server") == 0) {
-        listener = socket(AF_INET, SOCK_STREAM, 0);
-        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(listener, (struct sockaddr *)&addr, sizeof(addr)) != 0 || listen(listener, 4) != 0)
-            res_fail("listen on %s:%s: %s", argv[2], argv[3], strerror(errno));
+    ring = argc == 7 && strcmp(argv[1], "ring") == 0;
+    if (argc != 6 && !ring)
+        res_fail("usage: %s server|client HOST PORT TICKS INTERVAL_MS | ring HOST PORT NEXT TICKS INTERVAL_MS",
+                 argv[0]);
+    res_args(argc - 3 - ring, argv + 3 + ring, &ticks, &ms);
+    parse_addr(&addr, argv[2], argv[3]);
+    if (ring) {
+        parse_addr(&next, argv[4], argv[3]);
+        listener = listen_on(&addr);
         printf("listening\n");
-        while ((conn = accept(listener, NULL, NULL)) < 0 && errno == EINTR)
-            ;
+        out_fd = connect_to(&next);
+        in_fd = accept_one(listener);
+    } else if (strcmp(argv[1], "server") == 0) {
+        listener = listen_on(&addr);
+        printf("listening\n");
+        in_fd = out_fd = accept_one(listener);
     } else {
-        for (int tries = 0; tries < 500; tries++) {
-            conn = socket(AF_INET, SOCK_STREAM, 0);
-            if (connect(conn, (struct sockaddr *)&addr, sizeof(addr)) == 0)
-                break;
-            close(conn);
-            conn = -1;
-            res_sleep_ms(20);
-        }
+        in_fd = out_fd = connect_to(&addr);
     }
-    if (conn < 0)
-        res_fail("no connection: %s", strerror(errno));
-    setsockopt(conn, IPPROTO_TCP, 1 /* TCP_NODELAY */, &one, sizeof(one));
+    setsockopt(out_fd, IPPROTO_TCP, 1 /* TCP_NODELAY */, &one, sizeof(one));
     pthread_create(&w, NULL, writer, NULL);
     pthread_create(&r, NULL, reader, NULL);
     for (long t = 1; t <= ticks; t++) {
@@ -141,7 +181,7 @@ int main(int argc, char **argv)
     }
     stop_writing = 1;
     pthread_join(w, NULL);
-    if (shutdown(conn, SHUT_WR) != 0)
+    if (shutdown(out_fd, SHUT_WR) != 0)
         res_fail("shutdown: %s", strerror(errno));
     pthread_join(r, NULL);
     printf("done %ld %s received %llu\n", ticks, argv[1], (unsigned long long)received);
