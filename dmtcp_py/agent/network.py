@@ -59,6 +59,7 @@ class Network:
         self._found: dict[str, asyncio.Future] = {}
         self._relays: dict[str, asyncio.Queue] = {}
         self.warnings: list[str] = []
+        self.external: list[str] = []
         # restart: ends whose write side the program had shut; shut again
         # once refilled
         self._shut_after: dict[int, bool] = {}
@@ -101,7 +102,9 @@ class Network:
         self.close()
         wanted = await asyncio.get_running_loop().run_in_executor(None, fdtable.to_park, pids)
         parked = await self.shims.park(wanted, timeout) if wanted else []
-        self.entries = fdtable.entries(parked)
+        # in a thread: pyroute2 runs an event loop of its own
+        self.entries = await asyncio.get_running_loop().run_in_executor(
+            None, fdtable.entries, parked)
         # every copy but one per socket is closed now; the entry keeps one
         keep = {id(e.sock) for e in self.entries.values()}
         for p in parked:
@@ -119,7 +122,9 @@ class Network:
             if match is not None and e.info.get("peer_key"):
                 self.conns[ino] = {"conn": match["conn"], "side": match["side"]}
             elif e.info.get("peer_key") and not e.info["listening"]:
-                log.info("socket %s -> %s leads out of the computation", e.info["local"], e.info["peer"])
+                e.info["external"] = True
+                self.external.append(f"{_show(e.info['local'])} -> {_show(e.info['peer'])}")
+                log.info("connection %s leads out of the computation", self.external[-1])
         jobs = {ino: drain.drain(self.entries[ino].sock,
                                  _cookie(comp_id, c["conn"], generation), DRAIN_TIMEOUT)
                 for ino, c in self.conns.items() if self.entries[ino].leader}
@@ -190,6 +195,7 @@ class Network:
         for e in self.entries.values():
             e.sock.close()
         self.entries, self.conns, self.drained = {}, {}, {}
+        self.external: list[str] = []  # connections to processes not under control
         self._shut_after = {}
         self._relays.clear()
 

@@ -299,6 +299,7 @@ class Agent:
             except Exception as exc:
                 error = f"draining the network connections failed: {exc!r}"
                 log.exception("drain failed")
+            reply["external"] = list(self.net.external)
         elif target is State.CHECKPOINTED:
             try:
                 reply["image"] = await self._checkpoint(msg)

@@ -81,6 +81,8 @@ def _print_status(reply: dict, host: str, port: int, as_json: bool, listing: boo
         for t in reply.get("trees", []):
             lines.append(f"{t['host']}  agent {t['agent_pid']}  {t['program']}  {t['state']}")
             lines += [f"    pid {pid}  {name}" for pid, name in t["procs"]]
+            lines += [f"    outside: {c} (not under control: comes back closed at restart)"
+                      for c in t.get("external", [])]
     click.echo("\n".join(lines))
     return 0
 

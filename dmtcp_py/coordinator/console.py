@@ -37,6 +37,7 @@ def handle(line: str, server) -> str | None:
             out.append(f"{r['host']}  agent {r['agent_pid']}  {r['program']}  {r['state']}  "
                        f"{r['peers']} processes")
             out += [f"    pid {pid}  {name}" for pid, name in r["procs"]]
+            out += [f"    outside: {c}" for c in r.get("external", [])]
         return "\n".join(out)
     if cmd == "c":
         server.apply(m.request_checkpoint(None, now))

@@ -56,6 +56,7 @@ class Agent:
     state: State
     peers: int = 0
     procs: list = field(default_factory=list)
+    external: list = field(default_factory=list)  # connections leading outside, at the last drain
 
     def label(self) -> str:
         return f"{self.program}@{self.host} (agent pid {self.pid})"
@@ -204,6 +205,8 @@ class CoordinatorMachine:
             return [Notice(f"{agent.label()} reported {state.value} out of turn")]
         agent.state = state
         rnd.reached.add(agent.agent_id)
+        if state is State.DRAINED and isinstance(msg.get("external"), list):
+            agent.external = [str(x) for x in msg["external"]]
         if not msg["ok"]:
             rnd.errors.append(f"{agent.label()}: {msg.get('error', 'failed')}")
             if rnd.kind == "restart":
@@ -284,7 +287,7 @@ class CoordinatorMachine:
     def listing(self) -> list[dict]:
         return [{"host": a.host, "agent_pid": a.pid, "program": a.program,
                  "tree_id": a.tree_id, "state": a.state.value, "peers": a.peers,
-                 "procs": a.procs} for a in self.agents.values()]
+                 "procs": a.procs, "external": a.external} for a in self.agents.values()]
 
     # ---- barrier engine ------------------------------------------------------
 

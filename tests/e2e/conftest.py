@@ -23,6 +23,7 @@ def programs(tmp_path_factory) -> dict[str, list[str]]:
                         "-o", str(exe), str(src)], check=True)
         built[src.stem] = [str(exe)]
     built["counter_py"] = ["python3", str(PROGRAMS / "counter.py")]
+    built["net_outside"] = ["python3", str(PROGRAMS / "net_outside.py")]
     return built
 
 

@@ -3,6 +3,12 @@ bytes in flight are drained, kept in the images and put back, none lost,
 doubled or reordered (net_stream checks every counter it receives)."""
 from __future__ import annotations
 
+import json
+import socket
+import threading
+
+import pytest
+
 from tests.e2e.harness import TIMEOUT, ticks, wait_for
 from tests.e2e.test_bad_input import free_port
 
@@ -24,12 +30,16 @@ def assert_no_failure(*procs) -> None:
         assert "FAIL" not in err, err
 
 
-def test_tcp_stream_between_two_trees(comp, programs):
-    port = str(free_port())
-    server, sout = comp.launch(*programs["net_stream"], "server", "127.0.0.1", port,
+@pytest.mark.parametrize("family", ["tcp", "unix"])
+def test_stream_between_two_trees(comp, programs, family):
+    if family == "tcp":
+        where = ["127.0.0.1", str(free_port())]
+    else:
+        where = [str(comp.root / "stream.sock"), "0"]
+    server, sout = comp.launch(*programs["net_stream"], "server", *where,
                                str(TICKS), str(INTERVAL_MS))
     wait_for(lambda: sout.exists() and "listening" in sout.read_text(), what="the server")
-    client, cout = comp.launch(*programs["net_stream"], "client", "127.0.0.1", port,
+    client, cout = comp.launch(*programs["net_stream"], "client", *where,
                                str(TICKS), str(INTERVAL_MS))
     comp.wait_peers(2)
     wait_for(lambda: last(sout, "server") >= 10 and last(cout, "client") >= 10, what="traffic")
@@ -58,3 +68,67 @@ def test_tcp_stream_between_two_trees(comp, programs):
         assert numbers == list(range(numbers[0], TICKS + 1)), f"{side}: ticks lost or repeated"
     done = [r for r in ticks(rout) if r[0] == "done"]
     assert sorted(r[2] for r in done) == ["client", "server"]
+
+
+class EchoServer:
+    """A line echo server in this test process: not under control."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.conns: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _echo(conn: socket.socket) -> None:
+        try:
+            while data := conn.recv(65536):
+                conn.sendall(data)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.listener.close()
+        for conn in self.conns:
+            conn.close()
+
+
+def test_connection_to_a_server_not_under_control(comp, programs):
+    server = EchoServer()
+    try:
+        proc, out = comp.launch(*programs["net_outside"], "127.0.0.1", str(server.port),
+                                str(TICKS), str(INTERVAL_MS))
+        comp.wait_peers(1)
+        wait_for(lambda: sum(r[2] == "echo" for r in ticks(out)) >= 5, what="echoes")
+        # checkpoint and go on: the same connection goes on working
+        comp.checkpoint()
+        listing = comp.command("-l").stdout
+        assert f"outside: 127.0.0.1:" in listing and f"-> 127.0.0.1:{server.port}" in listing
+        seen = len(ticks(out))
+        wait_for(lambda: len(ticks(out)) >= seen + 5, what="ticks after the checkpoint")
+        assert all(r[2] == "echo" for r in ticks(out) if r[0] == "tick"), ticks(out)[-5:]
+        comp.command("-k")
+        proc.wait(timeout=TIMEOUT)
+        image = comp.images()[0]
+        rows = json.loads((image / "manifest.json").read_text())["sockets"]
+        assert [r["peer"] for r in rows if r.get("external")] == [["127.0.0.1", server.port]]
+        # restart: it comes back closed, and the restart says which one
+        restarted, rout = comp.restart()
+        assert restarted.wait(timeout=TIMEOUT) == 0, restarted.err_path.read_text()
+        assert f"-> 127.0.0.1:{server.port} led out of the computation" in \
+            restarted.err_path.read_text()
+        rows = [r for r in ticks(rout) if r[0] == "tick"]
+        assert rows and all(r[2] == "closed" for r in rows), rows[:3]
+        assert ticks(rout)[-1][0] == "done"
+    finally:
+        server.close()

@@ -6,6 +6,9 @@
  *   net_stream client HOST PORT TICKS INTERVAL_MS
  *   net_stream ring HOST PORT NEXT TICKS INTERVAL_MS
  *
+ * A HOST that starts with '/' (a path) or '@' (an abstract name) means a
+ * Unix stream socket there; PORT is then ignored.
+ *
  * In a ring, each process listens on HOST:PORT, connects to NEXT:PORT and
  * accepts its predecessor: it streams to its successor and checks what its
  * predecessor streams to it.
@@ -22,9 +25,11 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 
 #include "res_common.h"
 
@@ -146,6 +151,55 @@ static int connect_to(const struct sockaddr_in *addr)
     return -1;
 }
 
+static int is_unix(const char *host)
+{
+    return host[0] == '/' || host[0] == '@';
+}
+
+static socklen_t unix_addr(struct sockaddr_un *un, const char *host)
+{
+    size_t n = strlen(host);
+
+    memset(un, 0, sizeof(*un));
+    un->sun_family = AF_UNIX;
+    if (n >= sizeof(un->sun_path))
+        res_fail("path too long: %s", host);
+    memcpy(un->sun_path, host, n);
+    if (host[0] == '@')
+        un->sun_path[0] = '\0';
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + (host[0] == '@' ? 0 : 1));
+}
+
+static int unix_listen(const char *host)
+{
+    struct sockaddr_un un;
+    socklen_t len = unix_addr(&un, host);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+
+    if (host[0] == '/')
+        unlink(host);
+    if (bind(fd, (struct sockaddr *)&un, len) != 0 || listen(fd, 4) != 0)
+        res_fail("listen on %s: %s", host, strerror(errno));
+    return fd;
+}
+
+static int unix_connect(const char *host)
+{
+    struct sockaddr_un un;
+    socklen_t len = unix_addr(&un, host);
+
+    for (int tries = 0; tries < 500; tries++) {
+        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+
+        if (connect(fd, (struct sockaddr *)&un, len) == 0)
+            return fd;
+        close(fd);
+        res_sleep_ms(20);
+    }
+    res_fail("no connection to %s: %s", host, strerror(errno));
+    return -1;
+}
+
 int main(int argc, char **argv)
 {
     struct sockaddr_in addr, next;
@@ -158,8 +212,20 @@ int main(int argc, char **argv)
         res_fail("usage: %s server|client HOST PORT TICKS INTERVAL_MS | ring HOST PORT NEXT TICKS INTERVAL_MS",
                  argv[0]);
     res_args(argc - 3 - ring, argv + 3 + ring, &ticks, &ms);
-    parse_addr(&addr, argv[2], argv[3]);
-    if (ring) {
+    if (!ring && is_unix(argv[2])) {
+        if (strcmp(argv[1], "server") == 0) {
+            listener = unix_listen(argv[2]);
+            printf("listening\n");
+            in_fd = out_fd = accept_one(listener);
+        } else {
+            in_fd = out_fd = unix_connect(argv[2]);
+        }
+    } else {
+        parse_addr(&addr, argv[2], argv[3]);
+    }
+    if (in_fd >= 0) {
+        /* connected over a Unix socket above */
+    } else if (ring) {
         parse_addr(&next, argv[4], argv[3]);
         listener = listen_on(&addr);
         printf("listening\n");
@@ -172,7 +238,8 @@ int main(int argc, char **argv)
     } else {
         in_fd = out_fd = connect_to(&addr);
     }
-    setsockopt(out_fd, IPPROTO_TCP, 1 /* TCP_NODELAY */, &one, sizeof(one));
+    if (!is_unix(argv[2]))
+        setsockopt(out_fd, IPPROTO_TCP, 1 /* TCP_NODELAY */, &one, sizeof(one));
     pthread_create(&w, NULL, writer, NULL);
     pthread_create(&r, NULL, reader, NULL);
     for (long t = 1; t <= ticks; t++) {
