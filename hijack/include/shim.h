@@ -47,6 +47,29 @@ int real_posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actio
                       const posix_spawnattr_t *attr, char *const argv[], char *const envp[]);
 int real_system(const char *command);
 FILE *real_popen(const char *command, const char *type);
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <time.h>
+int real_nanosleep(const struct timespec *req, struct timespec *rem);
+int real_clock_nanosleep(clockid_t clock, int flags, const struct timespec *req,
+                         struct timespec *rem);
+int real_poll(struct pollfd *fds, nfds_t nfds, int timeout);
+int real_ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
+               const sigset_t *mask);
+int real_select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *timeout);
+int real_pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *timeout,
+                 const sigset_t *mask);
+int real_epoll_wait(int ep, struct epoll_event *events, int max, int timeout);
+int real_epoll_pwait(int ep, struct epoll_event *events, int max, int timeout,
+                     const sigset_t *mask);
+int real_epoll_pwait2(int ep, struct epoll_event *events, int max,
+                      const struct timespec *timeout, const sigset_t *mask);
+int real_pause(void);
+int real_sigsuspend(const sigset_t *mask);
+int real_sigtimedwait(const sigset_t *set, siginfo_t *info, const struct timespec *timeout);
+int real_sigwaitinfo(const sigset_t *set, siginfo_t *info);
+int real_sigwait(const sigset_t *set, int *sig);
 
 /* wrap_exec.c: remember the shim's environment (constructor). */
 void exec_env_capture(void);
@@ -57,6 +80,8 @@ void suspend_init(void);             /* install the handler (constructor) */
 int suspend_all(void);               /* returns threads that would not stop */
 void resume_all(void);
 int suspend_active(void);
+unsigned suspend_interruptions(void); /* this thread's calls that our signal made fail
+                                         with EINTR (async-signal-safe) */
 void gate_enter(void);               /* around thread creation and fork */
 void gate_leave(void);
 void gate_after_fork_child(void);

@@ -7,7 +7,11 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "shim.h"
@@ -31,6 +35,20 @@ REAL(posix_spawn)
 REAL(posix_spawnp)
 REAL(system)
 REAL(popen)
+REAL(nanosleep)
+REAL(clock_nanosleep)
+REAL(poll)
+REAL(ppoll)
+REAL(select)
+REAL(pselect)
+REAL(epoll_wait)
+REAL(epoll_pwait)
+REAL(epoll_pwait2)
+REAL(pause)
+REAL(sigsuspend)
+REAL(sigtimedwait)
+REAL(sigwaitinfo)
+REAL(sigwait)
 
 int real_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
@@ -84,6 +102,86 @@ FILE *real_popen(const char *command, const char *type)
     return resolve_popen() ? resolve_popen()(command, type) : (errno = ENOSYS, NULL);
 }
 
+int real_nanosleep(const struct timespec *req, struct timespec *rem)
+{
+    return resolve_nanosleep() ? resolve_nanosleep()(req, rem) : (errno = ENOSYS, -1);
+}
+
+int real_clock_nanosleep(clockid_t clock, int flags, const struct timespec *req,
+                         struct timespec *rem)
+{
+    return resolve_clock_nanosleep() ? resolve_clock_nanosleep()(clock, flags, req, rem) : ENOSYS;
+}
+
+int real_poll(struct pollfd *fds, nfds_t nfds, int timeout)
+{
+    return resolve_poll() ? resolve_poll()(fds, nfds, timeout) : (errno = ENOSYS, -1);
+}
+
+int real_ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
+               const sigset_t *mask)
+{
+    return resolve_ppoll() ? resolve_ppoll()(fds, nfds, timeout, mask) : (errno = ENOSYS, -1);
+}
+
+int real_select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *timeout)
+{
+    return resolve_select() ? resolve_select()(nfds, r, w, e, timeout) : (errno = ENOSYS, -1);
+}
+
+int real_pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *timeout,
+                 const sigset_t *mask)
+{
+    return resolve_pselect() ? resolve_pselect()(nfds, r, w, e, timeout, mask)
+                             : (errno = ENOSYS, -1);
+}
+
+int real_epoll_wait(int ep, struct epoll_event *events, int max, int timeout)
+{
+    return resolve_epoll_wait() ? resolve_epoll_wait()(ep, events, max, timeout)
+                                : (errno = ENOSYS, -1);
+}
+
+int real_epoll_pwait(int ep, struct epoll_event *events, int max, int timeout,
+                     const sigset_t *mask)
+{
+    return resolve_epoll_pwait() ? resolve_epoll_pwait()(ep, events, max, timeout, mask)
+                                 : (errno = ENOSYS, -1);
+}
+
+int real_epoll_pwait2(int ep, struct epoll_event *events, int max,
+                      const struct timespec *timeout, const sigset_t *mask)
+{
+    return resolve_epoll_pwait2() ? resolve_epoll_pwait2()(ep, events, max, timeout, mask)
+                                  : (errno = ENOSYS, -1);
+}
+
+int real_pause(void)
+{
+    return resolve_pause() ? resolve_pause()() : (errno = ENOSYS, -1);
+}
+
+int real_sigsuspend(const sigset_t *mask)
+{
+    return resolve_sigsuspend() ? resolve_sigsuspend()(mask) : (errno = ENOSYS, -1);
+}
+
+int real_sigtimedwait(const sigset_t *set, siginfo_t *info, const struct timespec *timeout)
+{
+    return resolve_sigtimedwait() ? resolve_sigtimedwait()(set, info, timeout)
+                                  : (errno = ENOSYS, -1);
+}
+
+int real_sigwaitinfo(const sigset_t *set, siginfo_t *info)
+{
+    return resolve_sigwaitinfo() ? resolve_sigwaitinfo()(set, info) : (errno = ENOSYS, -1);
+}
+
+int real_sigwait(const sigset_t *set, int *sig)
+{
+    return resolve_sigwait() ? resolve_sigwait()(set, sig) : ENOSYS;
+}
+
 /* Warm the cache while it is safe to allocate (from the constructor). */
 __attribute__((constructor(101))) static void real_warm(void)
 {
@@ -97,4 +195,18 @@ __attribute__((constructor(101))) static void real_warm(void)
     resolve_posix_spawnp();
     resolve_system();
     resolve_popen();
+    resolve_nanosleep();
+    resolve_clock_nanosleep();
+    resolve_poll();
+    resolve_ppoll();
+    resolve_select();
+    resolve_pselect();
+    resolve_epoll_wait();
+    resolve_epoll_pwait();
+    resolve_epoll_pwait2();
+    resolve_pause();
+    resolve_sigsuspend();
+    resolve_sigtimedwait();
+    resolve_sigwaitinfo();
+    resolve_sigwait();
 }

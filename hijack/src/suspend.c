@@ -10,6 +10,12 @@
  *
  * Everything the checkpoint thread does here is a raw system call on static
  * memory: the stopped threads may hold malloc's or stdio's locks.
+ *
+ * Some calls fail with EINTR after any handler, SA_RESTART or not (sleeps,
+ * poll and friends, pause, sigsuspend, sigtimedwait...).  The handler
+ * counts, per thread, the calls it interrupted that way, so that the
+ * wrappers in wrap_wait.c can tell our signal from the program's and call
+ * again (see there).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -20,6 +26,7 @@
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include "shim.h"
@@ -36,6 +43,10 @@ static pthread_rwlock_t gate = PTHREAD_RWLOCK_INITIALIZER;
 static pid_t signalled[MAX_THREADS];
 static int n_signalled;
 
+/* Calls this thread had fail with EINTR; read only by the same thread.
+ * initial-exec: no TLS allocation in the handler (the shim is preloaded). */
+static __thread unsigned interruptions __attribute__((tls_model("initial-exec")));
+
 static long futex(int *word, int op, int val, const struct timespec *timeout)
 {
     return syscall(SYS_futex, word, op, val, timeout, NULL, 0);
@@ -51,6 +62,51 @@ int suspend_active(void)
     return suspended;
 }
 
+unsigned suspend_interruptions(void)
+{
+    return __atomic_load_n(&interruptions, __ATOMIC_RELAXED);
+}
+
+/*
+ * Did this signal make a system call fail with EINTR?  The kernel has put
+ * the call's result in the saved registers before it built the handler's
+ * frame.  Elsewhere than on x86-64: assume it did.
+ */
+static int interrupted_a_call(const ucontext_t *uc)
+{
+#if defined(__x86_64__)
+    return uc->uc_mcontext.gregs[REG_RAX] == -EINTR;
+#else
+    (void)uc;
+    return 1;
+#endif
+}
+
+/*
+ * Will a handler of the program run as soon as this one returns (a signal
+ * that came while the thread was stopped, with all signals blocked)?  Then
+ * that signal has as good a claim to the EINTR as ours, and the program
+ * gets it: a retry would lose its wake-up.  When in doubt, say yes.
+ */
+static int program_handler_due(const ucontext_t *uc)
+{
+    sigset_t pending;
+
+    if (sigpending(&pending) < 0)
+        return 1;
+    for (int s = 1; s < NSIG; s++) {
+        struct sigaction sa;
+
+        if (s == sigckpt || !sigismember(&pending, s) || sigismember(&uc->uc_sigmask, s))
+            continue;
+        if (real_sigaction(s, NULL, &sa) < 0)
+            return 1;
+        if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN)
+            return 1;
+    }
+    return 0;
+}
+
 static void handler(int sig, siginfo_t *info, void *ctx)
 {
     int saved_errno = errno;
@@ -58,7 +114,6 @@ static void handler(int sig, siginfo_t *info, void *ctx)
 
     (void)sig;
     (void)info;
-    (void)ctx;
     if (__atomic_load_n(&requested, __ATOMIC_ACQUIRE)) {
         __atomic_add_fetch(&stopped, 1, __ATOMIC_ACQ_REL);
         futex(&stopped, FUTEX_WAKE_PRIVATE, 1, NULL);
@@ -66,6 +121,8 @@ static void handler(int sig, siginfo_t *info, void *ctx)
             futex(&resume_gen, FUTEX_WAIT_PRIVATE, gen, NULL);
         __atomic_sub_fetch(&stopped, 1, __ATOMIC_ACQ_REL);
     }
+    if (interrupted_a_call(ctx) && !program_handler_due(ctx))
+        __atomic_add_fetch(&interruptions, 1, __ATOMIC_RELAXED);
     errno = saved_errno;
 }
 

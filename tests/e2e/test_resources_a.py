@@ -1,6 +1,8 @@
 """Kernel resources a program holds survive two checkpoint/restart cycles:
 timers, signals and children, fork+exec and popen, pipes between three
-processes, and epoll over eventfd, timerfd, signalfd and inotify.
+processes, epoll over eventfd, timerfd, signalfd and inotify, and the calls
+Linux never restarts after a signal handler (sleeps, poll and friends,
+signal waits), which must not see the checkpoint signal.
 
 Each program (tests/e2e/programs/res_*.c) checks its own invariants and
 exits 3 with a "FAIL: ..." line on stderr when one breaks.  Each is
@@ -25,6 +27,7 @@ PEERS = {
     "res_exec": 1,     # popen("echo N"), fork + execv /bin/true, /bin/false
     "res_chain": 3,    # parent -> child -> grandchild -> parent over pipes
     "res_epoll": 1,    # epoll: timerfd, eventfd (thread), signalfd, inotify
+    "res_waits": 1,    # sleeps, poll/select/epoll, signal waits in 4 threads: no EINTR
 }
 
 
