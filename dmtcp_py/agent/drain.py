@@ -85,15 +85,16 @@ import asyncio
 import base64
 import errno
 import fcntl
+import inspect
 import os
 import select
 import socket
 import struct
 import termios
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
 
-__all__ = ["Drained", "DrainError", "drain", "refill", "STREAM", "MESSAGE"]
+__all__ = ["MESSAGE", "STREAM", "DrainError", "Drained", "drain", "refill"]
 
 STREAM = "stream"
 MESSAGE = "message"
@@ -109,6 +110,7 @@ _SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 _SHUT_ERRNOS = (errno.EPIPE, errno.ENOTCONN, errno.ESHUTDOWN)
 _MSG_OVERHEAD = 1024  # kernel memory per queued message, beyond its bytes
 _SLACK = 64 << 10
+_INT_MAX = 2**31 - 1
 
 
 class DrainError(Exception):
@@ -117,7 +119,7 @@ class DrainError(Exception):
     says which."""
 
 
-@dataclass
+@dataclass(repr=False)
 class Drained:
     """What drain took out of one connection end.
 
@@ -132,6 +134,12 @@ class Drained:
     peer_shut_wr: bool = False
     self_shut_wr: bool = False
     kept: int = 0
+
+    def __repr__(self) -> str:  # short: asyncio and logs repr results
+        what = f"{len(self.data)} bytes" if self.kind == STREAM else \
+            f"{len(self.messages)} messages, {self.nbytes} bytes"
+        return (f"Drained({self.kind}, {what}, kept={self.kept}, "
+                f"peer_shut_wr={self.peer_shut_wr}, self_shut_wr={self.self_shut_wr})")
 
     @property
     def nbytes(self) -> int:
@@ -199,6 +207,7 @@ class _End:
         self._timeout = sock.gettimeout()
         self._blocking = os.get_blocking(self.fd)
         self._buf = bytearray(0)
+        self._one = bytearray(1)
         self.sends = 0  # successful send calls
         sock.setblocking(False)
         self._poll = select.poll()
@@ -288,9 +297,11 @@ class _End:
                 await self.writable()
 
     def recv_message(self) -> bytes:
-        """One message; BlockingIOError when none is queued.  FIONREAD is at
-        least the length of the next message, so nothing is truncated."""
-        view = self.scratch(max(self.inq(), 1))
+        """One whole message; BlockingIOError when none is queued.  Its
+        length comes first from a 1-byte MSG_PEEK|MSG_TRUNC read (AF_UNIX
+        and UDP return the real length), so nothing is truncated."""
+        size = self.sock.recv_into(self._one, 1, socket.MSG_PEEK | socket.MSG_TRUNC)
+        view = self.scratch(max(size, 1))
         n = self.sock.recv_into(view, len(view))
         return bytes(view[:n])
 
@@ -335,6 +346,14 @@ async def _concurrently(*aws: Awaitable):
             if not task.done():
                 task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _call(fn: Callable, *args):
+    """Call a relay function, sync or async."""
+    result = fn(*args)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
 
 
 def _describe(exc: OSError) -> str:
@@ -437,20 +456,25 @@ class _Request:
 
 
 async def refill(sock: socket.socket, mine: Drained, timeout: float, *,
-                 relay_send: Callable[[bytes], Awaitable[None]] | None = None,
-                 relay_recv: Callable[[], Awaitable[bytes]] | None = None,
+                 relay_send: Callable[[bytes], Awaitable[None] | None] | None = None,
+                 relay_recv: Callable[[], Awaitable[bytes] | bytes] | None = None,
                  shut_after: bool = False) -> None:
     """Put ``mine`` (what was in flight toward this end) back into this
     end's receive queue by having the peer write it again, and write the
     peer's in-flight data back to it; both ends call this concurrently.
 
-    ``relay_send`` is needed when ``mine.self_shut_wr`` (our request cannot
-    go on the socket), ``relay_recv`` when ``mine.peer_shut_wr``.
+    ``relay_send(blob)`` is needed when ``mine.self_shut_wr`` (our request
+    cannot go on the socket), ``relay_recv() -> blob`` when
+    ``mine.peer_shut_wr``; they carry one opaque bytes object from this end
+    to the peer's ``relay_recv`` (sync or async callables).
     ``shut_after``: shutdown(SHUT_WR) once done; after a restart the caller
     must pass it for an end whose write side was shut at checkpoint time (on
-    a fresh socket it is open).  On the original socket such an end needs
-    nothing: its write side is still shut, and the EOF its peer saw is still
-    queued there.  Raises DrainError on timeout, reset, protocol errors, or
+    a fresh socket it is open).  On fresh sockets the caller may as well
+    clear ``self_shut_wr``, ``peer_shut_wr`` and ``kept`` in both records
+    (both write sides are open, nothing sits in a queue): no relay is then
+    needed, and ``shut_after`` alone restores the EOF.  On the original
+    socket such an end needs nothing: its write side is still shut, and the
+    EOF its peer saw is still queued there.  Raises DrainError on timeout, reset, protocol errors, or
     when in-flight bytes cannot be written back (see the module docstring)."""
     kind = _kind(sock)
     if mine.kind != kind:
@@ -467,7 +491,7 @@ async def refill(sock: socket.socket, mine: Drained, timeout: float, *,
                 _ensure_buffer(end.sock, socket.SO_RCVBUF, _SO_RCVBUFFORCE,
                                _memory(mine.kind, mine.messages))
             if mine.self_shut_wr:
-                send = relay_send(_encode(mine))
+                send = _call(relay_send, _encode(mine))
             else:
                 send = _send_request(end, mine)
             if mine.peer_shut_wr:
@@ -538,7 +562,7 @@ def _decode(kind: str, blob: bytes) -> _Request:
 
 
 async def _relayed_request(kind: str, relay_recv) -> _Request:
-    blob = await relay_recv()
+    blob = await _call(relay_recv)
     return _decode(kind, bytes(blob))
 
 
@@ -570,9 +594,16 @@ def _memory(kind: str, payload) -> int:
 
 def _ensure_buffer(sock: socket.socket, opt: int, force: int, need: int) -> None:
     """Raise a buffer to ``need`` bytes (the kernel doubles the value it is
-    given for its bookkeeping) when it is smaller, and only then."""
-    if sock.getsockopt(socket.SOL_SOCKET, opt) < need:
+    given for its bookkeeping) when it is smaller, and only then.  The
+    *FORCE option needs CAP_NET_ADMIN; without it, the plain option, which
+    the sysctl net.core.[wr]mem_max caps, is the best we can do."""
+    if sock.getsockopt(socket.SOL_SOCKET, opt) >= need:
+        return
+    need = min(need, _INT_MAX // 2)
+    try:
         sock.setsockopt(socket.SOL_SOCKET, force, need)
+    except PermissionError:
+        sock.setsockopt(socket.SOL_SOCKET, opt, need)
 
 
 async def _echo(end: _End, peer: _Request) -> int:
