@@ -31,6 +31,7 @@ from typing import Awaitable, Callable
 from dmtcp_py.agent import drain, fdtable
 from dmtcp_py.agent.fdtable import SocketEntry
 from dmtcp_py.agent.shimlink import ShimLink
+from dmtcp_py.coordinator.nameservice import endpoint_id
 from dmtcp_py.protocol import messages
 
 log = logging.getLogger("agent.network")
@@ -118,7 +119,7 @@ class Network:
         by_key = answer["peers"]
         self.conns = {}
         for ino, e in self.entries.items():
-            match = by_key.get(e.info["key"])
+            match = by_key.get(endpoint_id(e.info["key"], e.info["peer_key"] or ""))
             if match is not None and e.info.get("peer_key"):
                 self.conns[ino] = {"conn": match["conn"], "side": match["side"]}
             elif e.info.get("peer_key") and not e.info["listening"]:

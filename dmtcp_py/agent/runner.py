@@ -30,7 +30,8 @@ from dmtcp_py.protocol.states import State, TransitionError, check_transition, p
 log = logging.getLogger("agent")
 
 JOIN_TIMEOUT = 10.0
-SHIM_TIMEOUT = 10.0   # a process that does not answer its agent in this time is stuck
+SHIM_TIMEOUT = 10.0
+COMMIT_TIMEOUT = 30.0  # a stopped tree's agent waits this long for the commit   # a process that does not answer its agent in this time is stuck
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -74,7 +75,9 @@ class Agent:
         self.stopped_by_checkpoint = False
         self.busy = asyncio.Lock()
         self.relays: list[stdio.FileRelay] = []
+        # dumped, waiting for the coordinator's word that every tree dumped
         self._to_publish: tuple[int, Path, Path] | None = None
+        self._commit = asyncio.Event()
         self._publishing: asyncio.Task | None = None
 
     # ---- entry -----------------------------------------------------------
@@ -111,10 +114,15 @@ class Agent:
             await asyncio.sleep(0.2)
         async with self.busy:  # let a reply to the coordinator go out first
             pass
+        if self._to_publish is not None:  # a stopped tree's images, say
+            try:
+                await asyncio.wait_for(self._commit.wait(), COMMIT_TIMEOUT)
+            except asyncio.TimeoutError:
+                self._on_commit({"generation": self._to_publish[0], "ok": False})
         listener.cancel()
         self.tree.reap_all()
         if self._publishing is not None:
-            await self._publishing  # a stopped tree's images, say
+            await self._publishing
         for relay in self.relays:
             relay.stop()
         if self.writer:
@@ -182,6 +190,8 @@ class Agent:
                     # on this same connection (matches, names); the lock
                     # keeps barriers in order
                     asyncio.create_task(self._barrier_in_turn(msg))
+                elif msg["type"] == "commit":
+                    self._on_commit(msg)
                 elif self.net.on_message(msg):
                     pass
                 elif msg["type"] == "kill":
@@ -326,9 +336,21 @@ class Agent:
         if error:
             reply["error"] = error
         self._send(messages.make("reached", state=target.value, ok=error is None, **reply))
-        if self._to_publish is not None:
-            job, self._to_publish = self._to_publish, None
+
+    def _on_commit(self, msg: dict) -> None:
+        """Every tree dumped (ok) or one failed: publish our images, or drop
+        them, so that a failed checkpoint never replaces a good one."""
+        job = self._to_publish
+        if job is None or job[0] != msg["generation"]:
+            return
+        self._to_publish = None
+        self._commit.set()
+        if msg["ok"]:
             self._publishing = asyncio.create_task(self._publish(*job))
+        else:
+            log.warning("generation %d failed elsewhere; its images here are dropped", job[0])
+            self._publishing = asyncio.ensure_future(
+                asyncio.get_running_loop().run_in_executor(None, store.discard, job[1]))
 
     async def _publish(self, generation: int, partial: Path, final: Path) -> None:
         """Make the dumped images durable and give them their name, while
@@ -405,7 +427,9 @@ class Agent:
         self.expected_pids = parked
         duration = time.monotonic() - started
         log.info("generation %d: dumped %d bytes in %.3f s", generation, m.total_bytes, duration)
-        # made durable and published once the coordinator has our answer
+        # made durable and published once the coordinator says every tree
+        # dumped (commit)
+        self._commit.clear()
         self._to_publish = (generation, partial, final)
         return {"path": str(final), "host": hostname(), "tree_id": cfg.tree_id,
                 "program": cfg.program, "bytes": m.total_bytes, "duration": duration}

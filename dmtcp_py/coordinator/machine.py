@@ -81,6 +81,7 @@ class Round:
     # generation is complete when both have happened.
     published: set[int] = field(default_factory=set)
     resumed: bool = False
+    commit_ok: bool = False  # every tree dumped: the agents publish
 
 
 class CoordinatorMachine:
@@ -307,22 +308,32 @@ class CoordinatorMachine:
         if rnd.kind == "restart" and rnd.state is State.CHECKPOINTED \
                 and len(rnd.participants) < rnd.expected:
             return []  # more trees of this computation still have to join
+        commit: list = []
+        if rnd.kind == "checkpoint" and rnd.state is State.CHECKPOINTED:
+            # every tree dumped, or one failed: the agents publish their
+            # images only on this word, so a failed generation never
+            # replaces the last good one
+            rnd.commit_ok = not rnd.errors
+            msg = messages.make("commit", generation=rnd.generation, ok=rnd.commit_ok)
+            commit = [SendAgent(a, msg) for a in sorted(rnd.participants)]
         if rnd.kind == "checkpoint" and (rnd.state is State.RUNNING
                                          or (rnd.state is State.CHECKPOINTED and rnd.stop)):
             # running again (or, with --stop, gone after the dump): what is
             # left is the images becoming durable
             rnd.resumed = True
-            return self._maybe_complete(now)
+            return commit + self._maybe_complete(now)
         if rnd.state is State.RUNNING:
             return self._finish(now)
         rnd.state = next_state(rnd.state)
         rnd.reached = set()
-        return self._broadcast(rnd)
+        return commit + self._broadcast(rnd)
 
     def _maybe_complete(self, now: float) -> list:
         rnd = self.round
-        if rnd is None or not rnd.resumed or not rnd.images.keys() <= rnd.published:
+        if rnd is None or not rnd.resumed:
             return []
+        if rnd.commit_ok and not rnd.images.keys() <= rnd.published:
+            return []  # images being made durable
         actions: list = []
         # participants that left after publishing (--stop) keep their image here
         if not rnd.errors and rnd.participants <= rnd.images.keys():

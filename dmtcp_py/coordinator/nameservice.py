@@ -25,6 +25,11 @@ from collections import defaultdict
 from dmtcp_py.protocol import messages
 
 
+def endpoint_id(local: str, peer: str) -> str:
+    """How an answer names one reported endpoint."""
+    return f"{local}>{peer}"
+
+
 class NameService:
     def __init__(self) -> None:
         self.names: dict[str, str] = {}
@@ -66,22 +71,23 @@ class NameService:
     def _match_if_complete(self, participants: set[int]) -> list[tuple[int, dict]]:
         if not participants or not participants <= self._reports.keys():
             return []
-        owner: dict[str, int] = {}
-        peer_of: dict[str, str] = {}
+        # an endpoint is its (local, peer) pair: every connection a server
+        # accepts has the same local address
+        owner: dict[tuple[str, str], int] = {}
         for agent_id in sorted(participants):
             for e in self._reports[agent_id]:
-                local, peer = str(e.get("local", "")), str(e.get("peer", ""))
-                if local and local not in owner:
-                    owner[local] = agent_id
-                    peer_of[local] = peer
+                pair = (str(e.get("local", "")), str(e.get("peer", "")))
+                if all(pair) and pair not in owner:
+                    owner[pair] = agent_id
         answers: dict[int, dict[str, dict]] = {a: {} for a in participants}
         self._conn_agents = {}
-        for local, peer in peer_of.items():
-            if peer in owner and peer_of.get(peer) == local:
+        for (local, peer), agent_id in owner.items():
+            if (peer, local) in owner:
                 a, b = sorted((local, peer))
                 conn = f"{a}|{b}"
-                answers[owner[local]][local] = {"conn": conn, "side": "a" if local == a else "b"}
-                self._conn_agents[conn] = (owner[a], owner[b])
+                answers[agent_id][endpoint_id(local, peer)] = {
+                    "conn": conn, "side": "a" if local == a else "b"}
+                self._conn_agents[conn] = (owner[(a, b)], owner[(b, a)])
         generation = self._generation if self._generation is not None else 0
         self._reports.clear()
         self._generation = None

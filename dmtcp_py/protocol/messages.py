@@ -28,6 +28,7 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "barrier": {"state": str},
     "kill": {},
     "matched": {"generation": int, "peers": dict},
+    "commit": {"generation": int, "ok": bool},
     "found": {"key": str, "value": str},
     # client -> coordinator
     "command": {"cmd": str},

@@ -604,10 +604,35 @@ def test_exit_after_checkpoint_does_not_exit_on_a_failed_one():
     sim.checkpoint(CLIENT, blocking=True)
     sim.advance_to(State.CHECKPOINTED)
     sim.report(1, State.CHECKPOINTED, image=image_of(1))
-    sim.report(2, State.CHECKPOINTED, ok=False, error="disk full")
-    actions = sim.publish()
+    actions = sim.report(2, State.CHECKPOINTED, ok=False, error="disk full")
+    # the agents are told to drop what they dumped, and nobody waits for it
+    assert {a.message["ok"] for a in sent(actions, "commit")} == {False}
     assert of_type(actions, Shutdown) == [] and of_type(actions, GenerationComplete) == []
     assert only_reply(sim.log, CLIENT)["ok"] is False
+    assert sim.m.round is None
+
+
+def test_a_failed_dump_ends_the_round_without_waiting_for_images():
+    sim = Sim(2)
+    sim.checkpoint(CLIENT, blocking=True)
+    sim.advance_to(State.CHECKPOINTED)
+    sim.report(1, State.CHECKPOINTED, image=image_of(1))
+    sim.report(2, State.CHECKPOINTED, ok=False, error="disk full")
+    sim.step(State.REFILLED)
+    sim.step(State.RUNNING, publish=False)
+    assert sim.m.round is None
+    assert only_reply(sim.log, CLIENT)["ok"] is False
+
+
+def test_commit_comes_once_every_tree_dumped():
+    sim = Sim(2)
+    sim.checkpoint(CLIENT, blocking=True)
+    sim.advance_to(State.CHECKPOINTED)
+    assert sent(sim.report(1, State.CHECKPOINTED, image=image_of(1)), "commit") == []
+    actions = sim.report(2, State.CHECKPOINTED, image=image_of(2))
+    commits = sent(actions, "commit")
+    assert sorted(a.agent_id for a in commits) == [1, 2]
+    assert {a.message["ok"] for a in commits} == {True}
 
 
 def test_stop_request_ends_at_checkpointed_without_exiting():
@@ -759,9 +784,9 @@ def test_listing():
     rows = sim.m.listing()
     assert rows == [
         {"host": "host1", "agent_pid": 1001, "program": "prog", "tree_id": "t1",
-         "state": "RUNNING", "peers": 0, "procs": []},
+         "state": "RUNNING", "peers": 0, "procs": [], "external": []},
         {"host": "host2", "agent_pid": 1002, "program": "prog", "tree_id": "t2",
-         "state": "RUNNING", "peers": 2, "procs": [[0, "prog"], [1, "prog"]]},
+         "state": "RUNNING", "peers": 2, "procs": [[0, "prog"], [1, "prog"]], "external": []},
     ]
 
 

@@ -20,6 +20,7 @@ VALID = {
     "relay": {"conn": "a|b", "data": "AAAA"},
     "matched": {"generation": 1, "peers": {"tcp:a": {"conn": "a|b", "side": "a"}}},
     "found": {"key": "k", "value": "198.18.0.1:5"},
+    "commit": {"generation": 1, "ok": True},
     "barrier": {"state": "DRAINED"},
     "kill": {},
     "command": {"cmd": "status"},

@@ -18,15 +18,27 @@ def test_matches_only_when_every_participant_reported():
     assert ns.report(1, 5, [ep("tcp:A", "tcp:B"), ep("tcp:X", "tcp:outside")], {1, 2}) == []
     out = by_agent(ns.report(2, 5, [ep("tcp:B", "tcp:A")], {1, 2}))
     assert out[1]["type"] == "matched" and out[1]["generation"] == 5
-    assert out[1]["peers"] == {"tcp:A": {"conn": "tcp:A|tcp:B", "side": "a"}}
-    assert out[2]["peers"] == {"tcp:B": {"conn": "tcp:A|tcp:B", "side": "b"}}
+    assert out[1]["peers"] == {"tcp:A>tcp:B": {"conn": "tcp:A|tcp:B", "side": "a"}}
+    assert out[2]["peers"] == {"tcp:B>tcp:A": {"conn": "tcp:A|tcp:B", "side": "b"}}
     # tcp:X leads outside: not in the answer
+
+
+def test_connections_accepted_on_one_port_are_told_apart():
+    ns = NameService()
+    server = [ep("tcp:S:80", f"tcp:C:{p}") for p in (1001, 1002, 1003)]
+    clients = [ep(f"tcp:C:{p}", "tcp:S:80") for p in (1001, 1002, 1003)]
+    assert ns.report(1, 1, server, {1, 2}) == []
+    out = by_agent(ns.report(2, 1, clients, {1, 2}))
+    assert len(out[1]["peers"]) == 3 and len(out[2]["peers"]) == 3
+    conns = {v["conn"] for v in out[1]["peers"].values()}
+    assert conns == {v["conn"] for v in out[2]["peers"].values()} and len(conns) == 3
 
 
 def test_both_ends_in_one_agent_and_one_sided_claims():
     ns = NameService()
     out = by_agent(ns.report(1, 1, [ep("u:1", "u:2"), ep("u:2", "u:1"), ep("u:3", "u:1")], {1}))
-    assert set(out[1]["peers"]) == {"u:1", "u:2"}  # u:3 names u:1, which names u:2
+    # u:3 names u:1, which names u:2
+    assert set(out[1]["peers"]) == {"u:1>u:2", "u:2>u:1"}
 
 
 def test_a_new_generation_forgets_old_reports():
