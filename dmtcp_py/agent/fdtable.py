@@ -101,13 +101,15 @@ def to_park(pids: list[int]) -> dict[int, list[int]]:
     if not found:
         return {}
     in_tree = {ino for fds in found.values() for ino in fds.values()}
+    # the shims' own links lead to us: never theirs to hand over
+    ours = set(tree_sockets([os.getpid()]).get(os.getpid(), {}).values())
     peers = unix_peers()
     inet = inet_inodes()
     out: dict[int, list[int]] = {}
     for pid, fds in found.items():
         for fd, ino in sorted(fds.items()):
             if ino in peers:
-                park = peers[ino] != 0 and peers[ino] not in in_tree
+                park = peers[ino] != 0 and peers[ino] not in in_tree and peers[ino] not in ours
             else:
                 park = ino in inet
             if park:

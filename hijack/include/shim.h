@@ -70,6 +70,9 @@ int real_sigsuspend(const sigset_t *mask);
 int real_sigtimedwait(const sigset_t *set, siginfo_t *info, const struct timespec *timeout);
 int real_sigwaitinfo(const sigset_t *set, siginfo_t *info);
 int real_sigwait(const sigset_t *set, int *sig);
+int real_close(int fd);
+int real_dup2(int oldfd, int newfd);
+int real_dup3(int oldfd, int newfd, int flags);
 
 /* wrap_exec.c: remember the shim's environment (constructor). */
 void exec_env_capture(void);

@@ -49,6 +49,9 @@ REAL(sigsuspend)
 REAL(sigtimedwait)
 REAL(sigwaitinfo)
 REAL(sigwait)
+REAL(close)
+REAL(dup2)
+REAL(dup3)
 
 int real_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
@@ -209,4 +212,19 @@ __attribute__((constructor(101))) static void real_warm(void)
     resolve_sigtimedwait();
     resolve_sigwaitinfo();
     resolve_sigwait();
+}
+
+int real_close(int fd)
+{
+    return resolve_close() ? resolve_close()(fd) : (errno = ENOSYS, -1);
+}
+
+int real_dup2(int oldfd, int newfd)
+{
+    return resolve_dup2() ? resolve_dup2()(oldfd, newfd) : (errno = ENOSYS, -1);
+}
+
+int real_dup3(int oldfd, int newfd, int flags)
+{
+    return resolve_dup3() ? resolve_dup3()(oldfd, newfd, flags) : (errno = ENOSYS, -1);
 }

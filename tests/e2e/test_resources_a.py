@@ -28,6 +28,7 @@ PEERS = {
     "res_chain": 3,    # parent -> child -> grandchild -> parent over pipes
     "res_epoll": 1,    # epoll: timerfd, eventfd (thread), signalfd, inotify
     "res_waits": 1,    # sleeps, poll/select/epoll, signal waits in 4 threads: no EINTR
+    "res_closeall": 1,  # closes every fd it did not open, every way there is
 }
 
 
