@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from dmtcp_py.agent import drain, fdtable
+from dmtcp_py.agent import drain, fdtable, udp
 from dmtcp_py.agent.fdtable import SocketEntry
 from dmtcp_py.agent.shimlink import ShimLink
 from dmtcp_py.coordinator.nameservice import endpoint_id
@@ -61,9 +61,11 @@ class Network:
         self._relays: dict[str, asyncio.Queue] = {}
         self.warnings: list[str] = []
         self.external: list[str] = []
+        self.datagrams: dict[int, list] = {}
         # restart: ends whose write side the program had shut; shut again
         # once refilled
         self._shut_after: dict[int, bool] = {}
+        self._restored = False  # the sockets are new ones (restart)
 
     # ---- messages from the coordinator ----------------------------------------
 
@@ -111,14 +113,25 @@ class Network:
         for p in parked:
             if id(p.sock) not in keep:
                 p.sock.close()
-        endpoints = [{"local": e.info["key"], "peer": e.info["peer_key"]}
-                     for e in self.entries.values() if e.info.get("peer_key")]
+        endpoints = [{"local": e.info["key"], "peer": e.info["peer_key"] or "", "udp": True}
+                     for e in self.entries.values() if _is_udp(e.info)]
+        endpoints += [{"local": e.info["key"], "peer": e.info["peer_key"]}
+                      for e in self.entries.values()
+                      if e.info.get("peer_key") and not _is_udp(e.info)]
         self._matched = asyncio.get_running_loop().create_future()
         self._send(messages.make("sockets", generation=generation, endpoints=endpoints))
         answer = await asyncio.wait_for(self._matched, timeout)
         by_key = answer["peers"]
+        udp_known = set(answer.get("udp") or [])
         self.conns = {}
         for ino, e in self.entries.items():
+            if _is_udp(e.info):
+                e.info["peer_known"] = bool(e.info.get("peer_key")) and e.info["peer_key"] in udp_known
+                if e.leader:
+                    self.datagrams[ino] = [
+                        (data, src, key, key in udp_known)
+                        for data, src, key in udp.peek_queue(e.sock, fdtable.netns_id())]
+                continue
             match = by_key.get(endpoint_id(e.info["key"], e.info["peer_key"] or ""))
             if match is not None and e.info.get("peer_key"):
                 self.conns[ino] = {"conn": match["conn"], "side": match["side"]}
@@ -132,8 +145,9 @@ class Network:
         results = await asyncio.gather(*jobs.values())
         self.drained = dict(zip(jobs, results))
         total = sum(d.nbytes for d in self.drained.values())
-        log.info("parked %d sockets, %d connections under control, %d bytes drained",
-                 len(self.entries), len(self.conns), total)
+        log.info("parked %d sockets, %d connections under control, %d bytes drained, "
+                 "%d datagrams queued", len(self.entries), len(self.conns), total,
+                 sum(len(d) for d in self.datagrams.values()))
 
     def table(self, image_dir: Path) -> list[dict]:
         """The manifest's socket table; drained bytes go to files beside it."""
@@ -152,6 +166,15 @@ class Network:
                     json.dump(d.to_json(), f)
                 row["drained"] = name
                 row["drained_bytes"] = d.nbytes
+            queued = self.datagrams.get(ino)
+            if queued:
+                name = f"socket-{ino}.datagrams.json"
+                fd = os.open(image_dir / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    json.dump([[base64.b64encode(data).decode(), list(src), key, known]
+                               for data, src, key, known in queued], f)
+                row["datagrams"] = name
+                row["datagram_count"] = len(queued)
             out.append(row)
         return out
 
@@ -166,6 +189,11 @@ class Network:
                                      shut_after=self._shut_after.get(ino, False)))
         errors = [r for r in await asyncio.gather(*jobs, return_exceptions=True)
                   if isinstance(r, BaseException)]
+        if self._restored:
+            try:
+                await self._inject_datagrams()
+            except Exception as exc:  # never keep the sockets from their processes
+                errors.append(exc)
         await self.unpark(timeout)
         if errors:
             raise errors[0]
@@ -197,7 +225,9 @@ class Network:
             e.sock.close()
         self.entries, self.conns, self.drained = {}, {}, {}
         self.external: list[str] = []  # connections to processes not under control
+        self.datagrams: dict[int, list] = {}  # ino -> [(data, source, source key, known)]
         self._shut_after = {}
+        self._restored = False
         self._relays.clear()
 
     # ---- restart ------------------------------------------------------------------------
@@ -209,6 +239,7 @@ class Network:
         for row in table:
             jobs.append(self._recreate_one(row, image_dir, reach_ip))
         results = await asyncio.gather(*jobs, return_exceptions=True)
+        self._restored = True
         for row, result in zip(table, results):
             if isinstance(result, BaseException):
                 for r in results:
@@ -223,7 +254,9 @@ class Network:
     async def _recreate_one(self, row: dict, image_dir: Path, reach_ip: str) -> SocketEntry:
         family, type_ = socket.AddressFamily(row["family"]), socket.SocketKind(row["type"])
         ino = row["ino"]
-        if row.get("conn"):
+        if _is_udp(row):
+            sock = await self._recreate_udp(row, image_dir, reach_ip)
+        elif row.get("conn"):
             sock = await self._reconnect(row, reach_ip)
             if row.get("drained"):
                 d = drain.Drained.from_json(json.loads((image_dir / row["drained"]).read_text()))
@@ -260,6 +293,59 @@ class Network:
         entry = SocketEntry(ino, sock, [tuple(c) for c in row["copies"]], row.get("leader", True),
                             dict(row))
         return entry
+
+    async def _recreate_udp(self, row: dict, image_dir: Path, reach_ip: str) -> socket.socket:
+        """A datagram socket: the same port, published under its old
+        address; connected again to its peer, wherever that is now."""
+        family = socket.AddressFamily(row["family"])
+        sock = socket.socket(family, socket.SOCK_DGRAM, row["proto"])
+        try:
+            fdtable.set_options(sock, row["options"])
+            where = _local_address(family, row["local"])
+            try:
+                sock.bind(where)
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                sock.bind((where[0], 0))
+                self.warnings.append(f"port {where[1]} is taken here: the datagram socket "
+                                     f"bound to {_show(row['local'])} is now on port "
+                                     f"{sock.getsockname()[1]}")
+            here = sock.getsockname()
+            public = here[0] if here[0] not in ("0.0.0.0", "::") else _reach(family, reach_ip)
+            self._send(messages.make("publish", key=f"udp:{row['key']}",
+                                     value=f"{public}|{here[1]}"))
+            if row.get("peer"):
+                peer = tuple(row["peer"])
+                if row.get("peer_known"):
+                    peer = _mapped(await self._lookup(f"udp:{row['peer_key']}", CONNECT_TIMEOUT),
+                                   here[0])
+                sock.connect(peer)
+            if row.get("datagrams"):
+                raw = json.loads((image_dir / row["datagrams"]).read_text())
+                self.datagrams[row["ino"]] = [(base64.b64decode(d), tuple(src), key, known)
+                                              for d, src, key, known in raw]
+            return sock
+        except BaseException:
+            sock.close()
+            raise
+
+    async def _inject_datagrams(self) -> None:
+        """Datagrams that sat in a receive queue at the checkpoint go back
+        in, from their sender's address (where that sender is now)."""
+        for ino, queued in self.datagrams.items():
+            sock = self.entries[ino].sock
+            target = sock.getsockname()
+            lost_source = 0
+            for data, src, key, known in queued:
+                if known:
+                    src = _mapped(await self._lookup(f"udp:{key}", CONNECT_TIMEOUT), target[0])
+                if not udp.inject(data, src, target):
+                    lost_source += 1
+            if lost_source:
+                self.warnings.append(f"{lost_source} queued datagrams of {_show(list(target))} "
+                                     "went back without their sender's address")
+                log.warning("%s", self.warnings[-1])
 
     async def _reconnect(self, row: dict, reach_ip: str) -> socket.socket:
         """The two ends of a connection meet again: side a listens and
@@ -316,6 +402,20 @@ async def _recv_exactly(loop, sock: socket.socket, n: int) -> bytes:
             break
         data += chunk
     return data
+
+
+def _is_udp(info: dict) -> bool:
+    return info.get("type") == socket.SOCK_DGRAM and info.get("family") in (
+        socket.AF_INET, socket.AF_INET6)
+
+
+def _mapped(where: str, here_ip: str) -> tuple[str, int]:
+    """A published "ip|port"; a wildcard address means the publisher's host,
+    reached as we reach our own when it is ours."""
+    ip, port = where.rsplit("|", 1)
+    if ip in ("0.0.0.0", "::"):
+        ip = here_ip if here_ip not in ("0.0.0.0", "::") else "127.0.0.1"
+    return (ip, int(port))
 
 
 def _show(addr) -> str:

@@ -8,7 +8,9 @@ Two jobs, both about network connections that outlive a checkpoint:
   two ends of one connection under control: both agents get its id, which
   side they are, and drain and refill it together.  An endpoint nobody
   answers leads out of the computation.  Nothing is ever written into the
-  application's byte stream to find this out.
+  application's byte stream to find this out.  Datagram (UDP) sockets have
+  no connection: every agent learns which UDP addresses are in the
+  computation, so that after a restart it knows whom to look up.
 - Names.  At restart, agents publish where a listener or one end of a
   connection is now (key -> "host:port") and look up where their peer is;
   a lookup of a name not yet published is answered when it is.  Names live
@@ -74,10 +76,13 @@ class NameService:
         # an endpoint is its (local, peer) pair: every connection a server
         # accepts has the same local address
         owner: dict[tuple[str, str], int] = {}
+        udp: set[str] = set()  # datagram sockets: no connection, only addresses
         for agent_id in sorted(participants):
             for e in self._reports[agent_id]:
                 pair = (str(e.get("local", "")), str(e.get("peer", "")))
-                if all(pair) and pair not in owner:
+                if e.get("udp"):
+                    udp.add(pair[0])
+                elif all(pair) and pair not in owner:
                     owner[pair] = agent_id
         answers: dict[int, dict[str, dict]] = {a: {} for a in participants}
         self._conn_agents = {}
@@ -91,7 +96,8 @@ class NameService:
         generation = self._generation if self._generation is not None else 0
         self._reports.clear()
         self._generation = None
-        return [(a, messages.make("matched", generation=generation, peers=answers[a]))
+        return [(a, messages.make("matched", generation=generation, peers=answers[a],
+                                  udp=sorted(udp)))
                 for a in sorted(participants)]
 
     def participants_changed(self, participants: set[int]) -> list[tuple[int, dict]]:

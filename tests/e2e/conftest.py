@@ -24,6 +24,7 @@ def programs(tmp_path_factory) -> dict[str, list[str]]:
         built[src.stem] = [str(exe)]
     built["counter_py"] = ["python3", str(PROGRAMS / "counter.py")]
     built["net_outside"] = ["python3", str(PROGRAMS / "net_outside.py")]
+    built["net_udp"] = ["python3", str(PROGRAMS / "net_udp.py")]
     return built
 
 

@@ -92,3 +92,11 @@ def test_machine_routes_socket_reports_of_a_checkpoint():
     m2.agent_joined(1, {"role": "agent", "token": "t"}, 0.0)
     assert not any(isinstance(x, SendAgent) for x in
                    m2.agent_message(1, {"type": "sockets", "generation": 1, "endpoints": []}, 0.0))
+
+
+def test_udp_addresses_are_told_to_everyone_and_never_matched():
+    ns = NameService()
+    ns.report(1, 1, [{"local": "udp:R", "peer": "udp:S", "udp": True}], {1, 2})
+    out = by_agent(ns.report(2, 1, [{"local": "udp:S", "peer": "udp:R", "udp": True}], {1, 2}))
+    assert out[1]["udp"] == out[2]["udp"] == ["udp:R", "udp:S"]
+    assert out[1]["peers"] == {} and out[2]["peers"] == {}
