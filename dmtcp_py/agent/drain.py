@@ -490,6 +490,7 @@ async def refill(sock: socket.socket, mine: Drained, timeout: float, *,
             if end.udp:
                 _ensure_buffer(end.sock, socket.SO_RCVBUF, _SO_RCVBUFFORCE,
                                _memory(mine.kind, mine.messages))
+            base = _outq(end)  # what the peer kept in its queue stays counted
             if mine.self_shut_wr:
                 send = _call(relay_send, _encode(mine))
             else:
@@ -500,7 +501,7 @@ async def refill(sock: socket.socket, mine: Drained, timeout: float, *,
                 receive = _recv_request(end)
             # the echo starts only when our request is completely written
             _, peer = await _concurrently(send, receive)
-            lost = await _echo(end, peer)
+            lost = await _echo(end, peer, base)
             if shut_after:
                 sock.shutdown(socket.SHUT_WR)
     except TimeoutError:
@@ -606,13 +607,39 @@ def _ensure_buffer(sock: socket.socket, opt: int, force: int, need: int) -> None
         sock.setsockopt(socket.SOL_SOCKET, opt, need)
 
 
-async def _echo(end: _End, peer: _Request) -> int:
+def _outq(end: _End) -> int:
+    """SIOCOUTQ: bytes we sent that the peer has not consumed (Unix; what
+    the peer kept in its queue counts too) or not acknowledged (TCP)."""
+    outq = array.array("i", [0])
+    try:
+        fcntl.ioctl(end.sock.fileno(), termios.TIOCOUTQ, outq, True)
+    except OSError:
+        return 0  # UDP and others: nothing to wait for
+    return outq[0]
+
+
+async def _outq_down_to(end: _End, base: int) -> None:
+    """Until the peer took our request: the queue back where it was."""
+    pause = 0.0005
+    while _outq(end) > base:
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.02)
+
+
+async def _echo(end: _End, peer: _Request, base: int) -> int:
     """Write the peer's payload back.  Returns how many bytes/messages could
     not be written because our write side is shut and the peer did not keep
     them in its queue."""
     if not peer.payload:
         return 0
-    _ensure_buffer(end.sock, socket.SO_SNDBUF, _SO_SNDBUFFORCE, _memory(end.kind, peer.payload))
+    # Nobody reads the echo before the program runs again, so it must fit
+    # in the send buffer at once: once a send says EAGAIN, a Unix socket is
+    # writable again only when 3/4 of its buffer drained (unix_writable),
+    # which never happens here.  So first wait until the peer took our
+    # request out of the same buffer, then size the buffer for the echo.
+    await _outq_down_to(end, base)
+    _ensure_buffer(end.sock, socket.SO_SNDBUF, _SO_SNDBUFFORCE,
+                   base + _memory(end.kind, peer.payload))
     before = end.sends
     try:
         if end.kind == STREAM:
