@@ -30,7 +30,6 @@ import asyncio
 import collections
 import contextlib
 import os
-import resource
 import secrets
 import shutil
 import signal
@@ -41,6 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchlib import raise_nofile
 from dmtcp_py.protocol import codec, messages
 from dmtcp_py.protocol.states import State
 
@@ -383,15 +383,6 @@ def verdict(rows) -> None:
 
 
 # ---- main ------------------------------------------------------------------------
-
-def raise_nofile(needed: int) -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft >= needed:
-        return
-    if hard != resource.RLIM_INFINITY and hard < needed:
-        hard = needed  # we are root
-    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
-
 
 def measure(n: int, rounds: int, workdir: Path, deadline: float, profile_dir: Path | None):
     token = secrets.token_hex(16)

@@ -66,6 +66,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchlib import raise_nofile
 from dmtcp_py.agent import drain
 
 HOST = "127.0.0.1"
@@ -305,18 +306,6 @@ def check_application(pairs: list[Pair], pattern: Pattern, deadline: float, kind
 
 # ---- measured phases ----------------------------------------------------------------
 
-async def all_or_nothing(coros):
-    """Run all; the first failure cancels the others and is raised."""
-    tasks = [asyncio.ensure_future(c) for c in coros]
-    try:
-        return await asyncio.gather(*tasks)
-    finally:
-        for task in tasks:
-            if not task.done():
-                task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * resource.getpagesize()
@@ -363,16 +352,16 @@ async def drain_refill_round(kind: str, conns: int, share: tuple[int, int], patt
     op = min(OP_TIMEOUT, deadline - time.monotonic())
     rss0 = rss_bytes()
 
-    t_drain, results = await timed("drain", deadline, all_or_nothing(
-        drain.drain(sock, p.cookie, op) for p in pairs for sock, _, _ in p.ends()), profile)
+    t_drain, results = await timed("drain", deadline, drain.concurrently(
+        *(drain.drain(sock, p.cookie, op) for p in pairs for sock, _, _ in p.ends())), profile)
     rss1 = rss_bytes()
     check_drained(pairs, results, pattern, kind)
     check_budget(deadline)
 
     op = min(OP_TIMEOUT, deadline - time.monotonic())
-    t_refill, _ = await timed("refill", deadline, all_or_nothing(
-        drain.refill(sock, d, op) for (sock, _, _), d in
-        zip((e for p in pairs for e in p.ends()), results)), profile)
+    t_refill, _ = await timed("refill", deadline, drain.concurrently(
+        *(drain.refill(sock, d, op) for (sock, _, _), d in
+          zip((e for p in pairs for e in p.ends()), results))), profile)
     rss2 = rss_bytes()
     del results
     check_application(pairs, pattern, deadline, kind)
@@ -418,7 +407,7 @@ async def copy_through(w: socket.socket, r: socket.socket, total: int, pattern: 
             raise BenchError(f"copy: read {got} bytes, {total} were written")
 
     t0 = time.perf_counter()
-    await all_or_nothing([writer(), reader()])
+    await drain.concurrently(writer(), reader())
     return time.perf_counter() - t0
 
 
@@ -482,15 +471,6 @@ def peak_rss() -> int:
 
 
 # ---- main ----------------------------------------------------------------------------
-
-def raise_nofile(needed: int) -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft >= needed:
-        return
-    if hard != resource.RLIM_INFINITY and hard < needed:
-        hard = needed  # we are root
-    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
-
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -336,7 +336,7 @@ def _wake(fut: asyncio.Future) -> None:
         fut.set_result(None)
 
 
-async def _concurrently(*aws: Awaitable):
+async def concurrently(*aws: Awaitable):
     """Run all; the first failure cancels the others and is raised."""
     tasks = [asyncio.ensure_future(a) for a in aws]
     try:
@@ -375,7 +375,7 @@ async def drain(sock: socket.socket, cookie: bytes, timeout: float) -> Drained:
         async with asyncio.timeout(timeout):
             receive = _drain_stream(end, cookie, out) if end.kind == STREAM \
                 else _drain_messages(end, cookie, out)
-            out.self_shut_wr, _ = await _concurrently(_send_cookie(end, cookie), receive)
+            out.self_shut_wr, _ = await concurrently(_send_cookie(end, cookie), receive)
     except TimeoutError:
         raise DrainError(f"drain: the peer's cookie did not arrive within {timeout:g} s") from None
     except OSError as exc:
@@ -500,7 +500,7 @@ async def refill(sock: socket.socket, mine: Drained, timeout: float, *,
             else:
                 receive = _recv_request(end)
             # the echo starts only when our request is completely written
-            _, peer = await _concurrently(send, receive)
+            _, peer = await concurrently(send, receive)
             lost = await _echo(end, peer, base)
             if shut_after:
                 sock.shutdown(socket.SHUT_WR)

@@ -271,18 +271,7 @@ class Network:
             sock = socket.socket(family, type_, row["proto"])
             fdtable.set_options(sock, row["options"])
             if row.get("local") and family != socket.AF_UNIX:
-                where = _local_address(family, row["local"])
-                try:
-                    sock.bind(where)
-                except OSError as exc:
-                    if exc.errno != errno.EADDRINUSE:
-                        raise
-                    # several trees that listened on one port on their own
-                    # hosts, now restarted on one host
-                    sock.bind((where[0], 0))
-                    self.warnings.append(f"port {where[1]} is taken here: the socket that was "
-                                         f"bound to {_show(row['local'])} is now on port "
-                                         f"{sock.getsockname()[1]}")
+                self._bind(sock, family, row["local"])
             if row.get("listening"):
                 sock.listen(socket.SOMAXCONN)
         else:
@@ -294,6 +283,20 @@ class Network:
                             dict(row))
         return entry
 
+    def _bind(self, sock: socket.socket, family: int, local: list) -> None:
+        """The old port, on this host's equivalent of the old address; when
+        it is taken (trees that used one port on their own hosts, now on
+        one host), another port, with a warning."""
+        where = _local_address(family, local)
+        try:
+            sock.bind(where)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            sock.bind((where[0], 0))
+            self.warnings.append(f"port {where[1]} is taken here: the socket that was bound "
+                                 f"to {_show(local)} is now on port {sock.getsockname()[1]}")
+
     async def _recreate_udp(self, row: dict, image_dir: Path, reach_ip: str) -> socket.socket:
         """A datagram socket: the same port, published under its old
         address; connected again to its peer, wherever that is now."""
@@ -301,16 +304,7 @@ class Network:
         sock = socket.socket(family, socket.SOCK_DGRAM, row["proto"])
         try:
             fdtable.set_options(sock, row["options"])
-            where = _local_address(family, row["local"])
-            try:
-                sock.bind(where)
-            except OSError as exc:
-                if exc.errno != errno.EADDRINUSE:
-                    raise
-                sock.bind((where[0], 0))
-                self.warnings.append(f"port {where[1]} is taken here: the datagram socket "
-                                     f"bound to {_show(row['local'])} is now on port "
-                                     f"{sock.getsockname()[1]}")
+            self._bind(sock, family, row["local"])
             here = sock.getsockname()
             public = here[0] if here[0] not in ("0.0.0.0", "::") else _reach(family, reach_ip)
             self._send(messages.make("publish", key=f"udp:{row['key']}",

@@ -88,17 +88,22 @@ static int write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
+static void record_init(struct dmtcp_record *rec, uint16_t type, uint64_t arg)
+{
+    memset(rec, 0, sizeof(*rec));
+    rec->magic = DMTCP_RECORD_MAGIC;
+    rec->version = DMTCP_RECORD_VERSION;
+    rec->type = type;
+    rec->pid = (int32_t)syscall(SYS_getpid);
+    rec->ppid = (int32_t)syscall(SYS_getppid);
+    rec->arg = arg;
+}
+
 int channel_send(int fd, uint16_t type, uint64_t arg)
 {
     struct dmtcp_record rec;
 
-    memset(&rec, 0, sizeof(rec));
-    rec.magic = DMTCP_RECORD_MAGIC;
-    rec.version = DMTCP_RECORD_VERSION;
-    rec.type = type;
-    rec.pid = (int32_t)syscall(SYS_getpid);
-    rec.ppid = (int32_t)syscall(SYS_getppid);
-    rec.arg = arg;
+    record_init(&rec, type, arg);
     return write_all(fd, &rec, sizeof(rec));
 }
 
@@ -204,13 +209,7 @@ int channel_send_fd(int fd, uint16_t type, uint64_t arg, int passed)
     struct cmsghdr *c;
     long n;
 
-    memset(&rec, 0, sizeof(rec));
-    rec.magic = DMTCP_RECORD_MAGIC;
-    rec.version = DMTCP_RECORD_VERSION;
-    rec.type = type;
-    rec.pid = (int32_t)syscall(SYS_getpid);
-    rec.ppid = (int32_t)syscall(SYS_getppid);
-    rec.arg = arg;
+    record_init(&rec, type, arg);
     memset(&control, 0, sizeof(control));
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;

@@ -152,6 +152,57 @@ static const sigset_t *without_reserved(const sigset_t *set, sigset_t *copy)
 /* Clocks on which a relative sleep is real time passing, so that a deadline
  * on CLOCK_MONOTONIC measures it; on a CPU-time clock the kernel's remainder
  * is used instead. */
+/*
+ * The two shapes of a wrapped wait: call(ctx, timeout) again while our
+ * signal is what interrupted it, each time for the time left of the
+ * original timeout.  again(ctx), if any, runs before each new call (select
+ * puts its fd sets back).
+ */
+typedef int (*ms_call)(void *ctx, int timeout);
+typedef int (*ts_call)(void *ctx, const struct timespec *timeout);
+
+static int retry_ms(int timeout, ms_call call, void *ctx)
+{
+    struct wait w;
+    int ask = timeout, n;
+
+    wait_begin(&w);
+    limit_ms(&w, timeout);
+    for (;;) {
+        wait_snapshot(&w);
+        n = call(ctx, ask);
+        if (!wait_again(&w, n < 0 && errno == EINTR))
+            return wait_done(&w, n);
+        if (timeout >= 0)
+            ask = ms_left(&w);
+    }
+}
+
+static int retry_ts(const struct timespec *timeout, ts_call call, void *ctx,
+                    void (*again)(void *ctx))
+{
+    struct wait w;
+    struct timespec ask;
+    const struct timespec *asking = timeout;
+    int n;
+
+    wait_begin(&w);
+    for (;;) {
+        wait_snapshot(&w);
+        n = call(ctx, asking);
+        if (!wait_again(&w, n < 0 && errno == EINTR))
+            return wait_done(&w, n);
+        if (again)
+            again(ctx);
+        if (timeout) {
+            if (asking == timeout)
+                w.limit = *timeout;
+            time_left(&w, &ask);
+            asking = &ask;
+        }
+    }
+}
+
 static int real_time_clock(clockid_t clock)
 {
     return clock >= 0 && clock != CLOCK_PROCESS_CPUTIME_ID && clock != CLOCK_THREAD_CPUTIME_ID;
@@ -265,46 +316,40 @@ SHIM_EXPORT int usleep(useconds_t usec)
 
 /* ---- multiplexers ---- */
 
+struct poll_args {
+    struct pollfd *fds;
+    nfds_t nfds;
+    const sigset_t *mask;
+};
+
+static int call_poll(void *ctx, int timeout)
+{
+    struct poll_args *a = ctx;
+
+    return real_poll(a->fds, a->nfds, timeout);
+}
+
 SHIM_EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
-    struct wait w;
-    int ask = timeout, n;
+    struct poll_args a = { fds, nfds, NULL };
 
-    wait_begin(&w);
-    limit_ms(&w, timeout);
-    for (;;) {
-        wait_snapshot(&w);
-        n = real_poll(fds, nfds, ask);
-        if (!wait_again(&w, n < 0 && errno == EINTR))
-            return wait_done(&w, n);
-        if (timeout >= 0)
-            ask = ms_left(&w);
-    }
+    return retry_ms(timeout, call_poll, &a);
+}
+
+static int call_ppoll(void *ctx, const struct timespec *timeout)
+{
+    struct poll_args *a = ctx;
+
+    return real_ppoll(a->fds, a->nfds, timeout, a->mask);
 }
 
 SHIM_EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
                       const sigset_t *mask)
 {
-    struct wait w;
-    struct timespec ask;
-    const struct timespec *asking = timeout;
     sigset_t copy;
-    const sigset_t *m = without_reserved(mask, &copy);
-    int n;
+    struct poll_args a = { fds, nfds, without_reserved(mask, &copy) };
 
-    wait_begin(&w);
-    for (;;) {
-        wait_snapshot(&w);
-        n = real_ppoll(fds, nfds, asking, m);
-        if (!wait_again(&w, n < 0 && errno == EINTR))
-            return wait_done(&w, n);
-        if (timeout) {
-            if (asking == timeout)
-                w.limit = *timeout;
-            time_left(&w, &ask);
-            asking = &ask;
-        }
-    }
+    return retry_ts(timeout, call_ppoll, &a, NULL);
 }
 
 /* What -D_FORTIFY_SOURCE programs call instead (glibc's go to its own
@@ -414,94 +459,92 @@ SHIM_EXPORT int select(int nfds, fd_set *r, fd_set *wr, fd_set *e, struct timeva
     }
 }
 
+struct pselect_args {
+    int nfds;
+    fd_set *r, *wr, *e;
+    const sigset_t *mask;
+    struct fd_sets sets;
+};
+
+static int call_pselect(void *ctx, const struct timespec *timeout)
+{
+    struct pselect_args *a = ctx;
+
+    return real_pselect(a->nfds, a->r, a->wr, a->e, timeout, a->mask);
+}
+
+static void pselect_again(void *ctx)
+{
+    fd_sets_restore(&((struct pselect_args *)ctx)->sets);
+}
+
 SHIM_EXPORT int pselect(int nfds, fd_set *r, fd_set *wr, fd_set *e,
                         const struct timespec *timeout, const sigset_t *mask)
 {
-    struct wait w;
-    struct fd_sets sets;
-    struct timespec ask;
-    const struct timespec *asking = timeout;
     sigset_t copy;
-    const sigset_t *m = without_reserved(mask, &copy);
-    int n;
+    struct pselect_args a;
 
-    wait_begin(&w);
-    fd_sets_keep(&sets, nfds, r, wr, e);
-    for (;;) {
-        wait_snapshot(&w);
-        n = real_pselect(nfds, r, wr, e, asking, m);
-        if (!wait_again(&w, n < 0 && errno == EINTR))
-            return wait_done(&w, n);
-        fd_sets_restore(&sets);
-        if (timeout) {
-            if (asking == timeout)
-                w.limit = *timeout;
-            time_left(&w, &ask);
-            asking = &ask;
-        }
-    }
+    a.nfds = nfds;
+    a.r = r;
+    a.wr = wr;
+    a.e = e;
+    a.mask = without_reserved(mask, &copy);
+
+    fd_sets_keep(&a.sets, nfds, r, wr, e);
+    return retry_ts(timeout, call_pselect, &a, pselect_again);
+}
+
+struct epoll_args {
+    int ep;
+    struct epoll_event *events;
+    int max;
+    const sigset_t *mask;
+};
+
+static int call_epoll_wait(void *ctx, int timeout)
+{
+    struct epoll_args *a = ctx;
+
+    return real_epoll_wait(a->ep, a->events, a->max, timeout);
 }
 
 SHIM_EXPORT int epoll_wait(int ep, struct epoll_event *events, int max, int timeout)
 {
-    struct wait w;
-    int ask = timeout, n;
+    struct epoll_args a = { ep, events, max, NULL };
 
-    wait_begin(&w);
-    limit_ms(&w, timeout);
-    for (;;) {
-        wait_snapshot(&w);
-        n = real_epoll_wait(ep, events, max, ask);
-        if (!wait_again(&w, n < 0 && errno == EINTR))
-            return wait_done(&w, n);
-        if (timeout >= 0)
-            ask = ms_left(&w);
-    }
+    return retry_ms(timeout, call_epoll_wait, &a);
+}
+
+static int call_epoll_pwait(void *ctx, int timeout)
+{
+    struct epoll_args *a = ctx;
+
+    return real_epoll_pwait(a->ep, a->events, a->max, timeout, a->mask);
 }
 
 SHIM_EXPORT int epoll_pwait(int ep, struct epoll_event *events, int max, int timeout,
                             const sigset_t *mask)
 {
-    struct wait w;
     sigset_t copy;
-    const sigset_t *m = without_reserved(mask, &copy);
-    int ask = timeout, n;
+    struct epoll_args a = { ep, events, max, without_reserved(mask, &copy) };
 
-    wait_begin(&w);
-    limit_ms(&w, timeout);
-    for (;;) {
-        wait_snapshot(&w);
-        n = real_epoll_pwait(ep, events, max, ask, m);
-        if (!wait_again(&w, n < 0 && errno == EINTR))
-            return wait_done(&w, n);
-        if (timeout >= 0)
-            ask = ms_left(&w);
-    }
+    return retry_ms(timeout, call_epoll_pwait, &a);
+}
+
+static int call_epoll_pwait2(void *ctx, const struct timespec *timeout)
+{
+    struct epoll_args *a = ctx;
+
+    return real_epoll_pwait2(a->ep, a->events, a->max, timeout, a->mask);
 }
 
 SHIM_EXPORT int epoll_pwait2(int ep, struct epoll_event *events, int max,
                              const struct timespec *timeout, const sigset_t *mask)
 {
-    struct wait w;
-    struct timespec ask;
-    const struct timespec *asking = timeout;
     sigset_t copy;
-    const sigset_t *m = without_reserved(mask, &copy);
-    int n;
+    struct epoll_args a = { ep, events, max, without_reserved(mask, &copy) };
 
-    wait_begin(&w);
-    for (;;) {
-        wait_snapshot(&w);
-        n = real_epoll_pwait2(ep, events, max, asking, m);
-        if (!wait_again(&w, n < 0 && errno == EINTR))
-            return wait_done(&w, n);
-        if (timeout) {
-            if (asking == timeout)
-                w.limit = *timeout;
-            time_left(&w, &ask);
-            asking = &ask;
-        }
-    }
+    return retry_ts(timeout, call_epoll_pwait2, &a, NULL);
 }
 
 /* ---- signal waits ---- */
@@ -534,43 +577,34 @@ SHIM_EXPORT int sigsuspend(const sigset_t *mask)
     return r;
 }
 
+struct sigwait_args {
+    const sigset_t *set;
+    siginfo_t *info;
+};
+
+static int call_sigtimedwait(void *ctx, const struct timespec *timeout)
+{
+    struct sigwait_args *a = ctx;
+
+    /* no timeout (sigwaitinfo, or sigtimedwait given NULL): wait for ever */
+    return timeout ? real_sigtimedwait(a->set, a->info, timeout)
+                   : real_sigwaitinfo(a->set, a->info);
+}
+
 SHIM_EXPORT int sigwaitinfo(const sigset_t *set, siginfo_t *info)
 {
-    struct wait w;
     sigset_t copy;
-    const sigset_t *s = without_reserved(set, &copy);
-    int r;
+    struct sigwait_args a = { without_reserved(set, &copy), info };
 
-    wait_begin(&w);
-    do {
-        wait_snapshot(&w);
-        r = real_sigwaitinfo(s, info);
-    } while (wait_again(&w, r < 0 && errno == EINTR));
-    return wait_done(&w, r);
+    return retry_ts(NULL, call_sigtimedwait, &a, NULL);
 }
 
 SHIM_EXPORT int sigtimedwait(const sigset_t *set, siginfo_t *info, const struct timespec *timeout)
 {
-    struct wait w;
-    struct timespec ask;
-    const struct timespec *asking = timeout;
     sigset_t copy;
-    const sigset_t *s = without_reserved(set, &copy);
-    int r;
+    struct sigwait_args a = { without_reserved(set, &copy), info };
 
-    wait_begin(&w);
-    for (;;) {
-        wait_snapshot(&w);
-        r = real_sigtimedwait(s, info, asking);
-        if (!wait_again(&w, r < 0 && errno == EINTR))
-            return wait_done(&w, r);
-        if (timeout) {
-            if (asking == timeout)
-                w.limit = *timeout;
-            time_left(&w, &ask);
-            asking = &ask;
-        }
-    }
+    return retry_ts(timeout, call_sigtimedwait, &a, NULL);
 }
 
 /* glibc's sigwait waits again after EINTR by itself, but through its own
