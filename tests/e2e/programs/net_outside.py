@@ -25,7 +25,7 @@ def main() -> int:
                 line = stream.readline()
             except OSError:
                 line = b""
-            if not line:
+            if not line.endswith(b"\n"):  # end of file, maybe inside a line
                 closed = True
             elif line != b"ping %d\n" % n:
                 print(f"FAIL: echo {line!r} for ping {n}", file=sys.stderr, flush=True)
