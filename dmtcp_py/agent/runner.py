@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 
 from dmtcp_py.agent import criu_driver, shimlink, stdio
+from dmtcp_py.agent.machine import AgentMachine, Barrier, Verdict, Work
 from dmtcp_py.agent.network import Network
 from dmtcp_py.agent.shimlink import ShimLink
 from dmtcp_py.agent.tree import Tree, become_subreaper
@@ -25,7 +26,6 @@ from dmtcp_py.images import manifest as manifest_mod
 from dmtcp_py.images import shared_files, store, written_files
 from dmtcp_py.paths import hostname, run_dir, shim_library, tree_init
 from dmtcp_py.protocol import codec, messages
-from dmtcp_py.protocol.states import State, TransitionError, check_transition, parse
 
 log = logging.getLogger("agent")
 
@@ -66,13 +66,13 @@ class Agent:
         self.cfg = cfg
         self.tree = Tree()
         name = cfg.manifest.agent_socket if cfg.manifest else f"dmtcp-agent-{cfg.tree_id}"
-        self.shims = ShimLink(name, on_change=self._peers_changed)
+        self.shims = ShimLink(name, on_change=self._peers_changed,
+                              owes_resume=lambda suspended: self.machine.owes_resume(suspended))
         self.net = Network(self.shims, self._send)
-        self.state = State.RESTARTING if cfg.manifest else State.RUNNING
+        self.machine = AgentMachine(restarting=cfg.manifest is not None)
         self.comp_id = ""
         self.writer: asyncio.StreamWriter | None = None
         self.expected_pids: set[int] = set()
-        self.stopped_by_checkpoint = False
         self.busy = asyncio.Lock()
         self.relays: list[stdio.FileRelay] = []
         # dumped, waiting for the coordinator's word that every tree dumped
@@ -127,7 +127,7 @@ class Agent:
             relay.stop()
         if self.writer:
             self.writer.close()
-        if self.stopped_by_checkpoint:
+        if self.machine.stopped_by_checkpoint:
             return 0
         return self.tree.exit_status if self.tree.exit_status is not None else 0
 
@@ -242,7 +242,6 @@ class Agent:
         log.info("started %s as pid %d", cfg.argv, pid)
 
     async def _restore(self) -> None:
-        self.shims.running = False  # the restored shims wait for RUNNING
         cfg, m = self.cfg, self.cfg.manifest
         assert m is not None and cfg.image is not None
         shared_files.restore(m.shared_files, cfg.image)
@@ -252,8 +251,7 @@ class Agent:
             try:
                 await self.net.recreate(m.sockets, cfg.image, reach_ip)
             except Exception as exc:
-                self._send(messages.make("reached", state=State.CHECKPOINTED.value, ok=False,
-                                         error=str(exc)))
+                self._send(self.machine.restored(error=str(exc)))
                 raise UserError(f"cannot make the network connections again: {exc}") from None
         handover = stdio.prepare(m.stdio, run_dir())
         log_path = run_dir() / f"criu-restore-{m.tree_id}-{os.getpid()}.log"
@@ -267,8 +265,7 @@ class Agent:
                 None, lambda: criu_driver.restore(cfg.image, log_path, inherit=handover.pairs,
                                            terminal=handover.terminal))
         except criu_driver.CriuError as exc:
-            self._send(messages.make("reached", state=State.CHECKPOINTED.value, ok=False,
-                                     error=str(exc)))
+            self._send(self.machine.restored(error=str(exc)))
             raise UserError(str(exc)) from None
         finally:
             self.tree.hold_reaping = False
@@ -276,76 +273,77 @@ class Agent:
         self.tree.adopt(pid)
         self.expected_pids = set(m.shim_pids)
         log.info("restored %s (generation %d) as pid %d", cfg.image, m.generation, pid)
-        self.state = State.CHECKPOINTED
-        self._send(messages.make("reached", state=State.CHECKPOINTED.value, ok=True))
+        self._send(self.machine.restored())
 
     # ---- barriers --------------------------------------------------------------
 
     async def _barrier(self, msg: dict) -> None:
-        try:
-            target = parse(msg["state"])
-            check_transition(self.state, target)
-        except TransitionError as exc:
-            log.error("coordinator: %s", exc)
-            self._send(messages.make("reached", state=msg["state"], ok=False, error=str(exc)))
+        barrier, refusal = self.machine.barrier(msg)
+        if barrier is None:
+            log.error("coordinator: %s", refusal["error"])
+            self._send(refusal)
             return
+        log.debug("barrier %s: %d processes connected", barrier.target.value,
+                  len(self.shims.shims))
         reply: dict = {}
-        error = None
-        log.debug("barrier %s: %d processes connected", target.value, len(self.shims.shims))
-        if target is State.SUSPENDED:
-            self.shims.running = False
+        try:
+            error = await self._work(barrier, reply)
+        except Exception as exc:  # a bug of ours must not leave the tree suspended
+            error = f"internal error: {exc!r}"
+            log.exception("%s failed", barrier.work.value)
+        log.debug("reached %s%s", barrier.target.value, f" with error: {error}" if error else "")
+        self._send(self.machine.done(barrier, error, **reply))
+
+    async def _work(self, barrier: Barrier, reply: dict) -> str | None:
+        """Carry out one barrier's work; the error to report, if any."""
+        work = barrier.work
+        if work is Work.SUSPEND:
             stuck = await self.shims.request_all(shimlink.SUSPEND, shimlink.SUSPENDED, SHIM_TIMEOUT)
-            if stuck:
-                error = f"processes {stuck} did not answer the suspend request"
             await _test_hold("SUSPENDED")
-        elif target is State.FD_LEADER_ELECTION:
+            return f"processes {stuck} did not answer the suspend request" if stuck else None
+        if work is Work.ELECT:
             stuck = await self.shims.request_all(shimlink.ELECT, shimlink.ELECTED, SHIM_TIMEOUT)
-            if stuck:
-                error = f"processes {stuck} did not answer the election request"
-        elif target is State.DRAINED:
+            return f"processes {stuck} did not answer the election request" if stuck else None
+        if work is Work.DRAIN:
             try:
                 await self.net.park_and_drain(self.shims.pids(), self.comp_id,
-                                              int(msg.get("generation", 0)), SHIM_TIMEOUT)
+                                              barrier.generation, SHIM_TIMEOUT)
+                return None
             except Exception as exc:
-                error = f"draining the network connections failed: {exc!r}"
                 log.exception("drain failed")
-            reply["external"] = list(self.net.external)
-        elif target is State.CHECKPOINTED:
+                return f"draining the network connections failed: {exc!r}"
+            finally:
+                reply["external"] = list(self.net.external)
+        if work is Work.DUMP:
             try:
-                reply["image"] = await self._checkpoint(msg)
+                reply["image"] = await self._checkpoint(barrier)
+                return None
             except (criu_driver.CriuError, OSError) as exc:
-                error = str(exc)
                 log.error("checkpoint failed: %s", exc)
-            except Exception as exc:  # a bug of ours must not leave the tree suspended
-                error = f"internal error: {exc!r}"
-                log.exception("checkpoint failed")
-        elif target is State.REFILLED:
+                return str(exc)
+        if work is Work.REFILL:
             missing = await self.shims.wait_for(self.tree.alive(self.expected_pids), SHIM_TIMEOUT)
             if missing:
                 log.warning("processes %s did not reconnect", sorted(missing))
             try:
                 await self.net.refill_and_unpark(SHIM_TIMEOUT)
+                return None
             except Exception as exc:
-                error = f"refilling the network connections failed: {exc!r}"
                 log.exception("refill failed")
-        elif target is State.RUNNING:
-            await self.shims.request_all(shimlink.RESUME, shimlink.RESUMED, SHIM_TIMEOUT)
-            self.shims.running = True
-        self.state = target
-        log.debug("reached %s%s", target.value, f" with error: {error}" if error else "")
-        if error:
-            reply["error"] = error
-        self._send(messages.make("reached", state=target.value, ok=error is None, **reply))
+                return f"refilling the network connections failed: {exc!r}"
+        await self.shims.request_all(shimlink.RESUME, shimlink.RESUMED, SHIM_TIMEOUT)
+        return None
 
     def _on_commit(self, msg: dict) -> None:
         """Every tree dumped (ok) or one failed: publish our images, or drop
         them, so that a failed checkpoint never replaces a good one."""
-        job = self._to_publish
-        if job is None or job[0] != msg["generation"]:
+        verdict = self.machine.commit(msg)
+        job, self._to_publish = self._to_publish, None
+        if verdict is None or job is None:
+            self._to_publish = job
             return
-        self._to_publish = None
         self._commit.set()
-        if msg["ok"]:
+        if verdict is Verdict.PUBLISH:
             self._publishing = asyncio.create_task(self._publish(*job))
         else:
             log.warning("generation %d failed elsewhere; its images here are dropped", job[0])
@@ -369,10 +367,9 @@ class Agent:
         self._send(messages.make("published", generation=generation, ok=True))
         await loop.run_in_executor(None, lambda: [store.discard(e) for e in expired])
 
-    async def _checkpoint(self, msg: dict) -> dict:
+    async def _checkpoint(self, barrier: Barrier) -> dict:
         cfg = self.cfg
-        generation = int(msg.get("generation", 0))
-        stop = bool(msg.get("stop"))
+        generation, stop = barrier.generation, barrier.stop
         name = store.image_name(cfg.program, cfg.tree_id)
         final = cfg.ckptdir / name
         partial = store.make_partial(cfg.ckptdir, name, generation)
@@ -412,7 +409,7 @@ class Agent:
                 peers=len(parked), shim_pids=sorted(parked), shared_files=shared,
                 written_files=written, sockets=self.net.table(partial),
                 agent_socket=self.shims.name,
-                num_trees=int(msg.get("num_trees", 1)), stdio=io, external=external,
+                num_trees=barrier.num_trees, stdio=io, external=external,
                 criu_version=criu_driver.version(), files=files)
             m.write(partial)
         except BaseException:
@@ -420,9 +417,7 @@ class Agent:
             if not stop:
                 await self.shims.listen()
             raise
-        if stop:
-            self.stopped_by_checkpoint = True
-        else:
+        if not stop:
             await self.shims.listen()
         self.expected_pids = parked
         duration = time.monotonic() - started

@@ -104,16 +104,17 @@ async def _send(sock: socket.socket, data: bytes, passed: int | None = None) -> 
 
 
 class ShimLink:
-    def __init__(self, name: str, on_change: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, name: str, on_change: Callable[[], None] = lambda: None,
+                 owes_resume: Callable[[bool], bool] = lambda suspended: False) -> None:
         self.name = name
         self.shims: set[Shim] = set()
         self._on_change = on_change
         self._listener: socket.socket | None = None
         self._accepting: asyncio.Task | None = None
         self._changed = asyncio.Event()
-        # False from SUSPENDED until RUNNING: a shim that says hello while
-        # still suspended outside that window is owed a RESUME at once
-        self.running = True
+        # a process that says hello while still suspended may be owed a
+        # RESUME at once (the agent's machine decides)
+        self._owes_resume = owes_resume
 
     @property
     def address(self) -> str:
@@ -172,7 +173,7 @@ class ShimLink:
                 if type_ == HELLO:
                     self.shims.add(shim)
                     self._notify()
-                    if arg and self.running:
+                    if self._owes_resume(bool(arg)):
                         log.warning("pid %d came back suspended after the checkpoint; resuming it", pid)
                         await _send(sock, pack(RESUME))
                 else:
@@ -203,7 +204,7 @@ class ShimLink:
         except OSError:
             return None
         got = await shim.replies.get()
-        while got is not None and got[0] != answer:  # a stale answer (see running)
+        while got is not None and got[0] != answer:  # a stale answer (see owes_resume)
             got = await shim.replies.get()
         if got is None:
             return None
