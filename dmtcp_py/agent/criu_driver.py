@@ -63,6 +63,10 @@ class _Session:
         opts.log_level = _log_level()
         opts.shell_job = True
         opts.file_locks = True
+        # a file mapped through a name it no longer has, but alive under
+        # another (sem_open's temporary name): CRIU reopens it through a
+        # link it makes at dump time (see link_remaps)
+        opts.link_remap = True
 
     def close(self) -> None:
         for fd in self.fds:
@@ -213,3 +217,19 @@ def _ask_version(path: str) -> str:
         if line.startswith("Version:"):
             return line.split(":", 1)[1].strip()
     return "unknown"
+
+
+def link_remaps(images_dir: Path) -> list[tuple[str, str]]:
+    """(link CRIU reopens through, the removed name it stands for) of each
+    file the dump saw mapped through a removed name.  A dump that leaves
+    the tree running removes those links again; a restart needs them."""
+    try:
+        with open(images_dir / "remap-fpath.img", "rb") as f:
+            remaps = pycriu.images.load(f)["entries"]
+    except FileNotFoundError:
+        return []
+    with open(images_dir / "files.img", "rb") as f:
+        names = {e["id"]: e["reg"]["name"] for e in pycriu.images.load(f)["entries"] if "reg" in e}
+    return [(names[r["remap_id"]], names[r["orig_id"]]) for r in remaps
+            if r.get("remap_type", "LINKED") == "LINKED"
+            and r["remap_id"] in names and r["orig_id"] in names]

@@ -245,6 +245,7 @@ class Agent:
         cfg, m = self.cfg, self.cfg.manifest
         assert m is not None and cfg.image is not None
         shared_files.restore(m.shared_files, cfg.image)
+        shared_files.relink(m.link_remaps)
         written_files.rollback(m.written_files)
         if m.sockets:
             reach_ip = self.writer.get_extra_info("sockname")[0] if self.writer else "127.0.0.1"
@@ -400,6 +401,9 @@ class Agent:
             handed_over = {d["path"] for d in io.values()}
             written = written_files.collect(pids, handed_over | {s["path"] for s in shared})
             criu_driver.fix_files_image(partial)
+            aliases = shared_files.deleted_aliases(pids)
+            remaps = [{"remap": remap, "live": aliases[orig]}
+                      for remap, orig in criu_driver.link_remaps(partial) if orig in aliases]
             files = store.file_sizes(partial)
             m = manifest_mod.Manifest(
                 comp_id=self.comp_id, tree_id=cfg.tree_id, program=cfg.program,
@@ -407,7 +411,7 @@ class Agent:
                 host=hostname(), generation=generation, time=time.time(),
                 root_pid=self.tree.root_pid, pids=sorted(p.pid for p in procs),
                 peers=len(parked), shim_pids=sorted(parked), shared_files=shared,
-                written_files=written, sockets=self.net.table(partial),
+                written_files=written, sockets=self.net.table(partial), link_remaps=remaps,
                 agent_socket=self.shims.name,
                 num_trees=barrier.num_trees, stdio=io, external=external,
                 criu_version=criu_driver.version(), files=files)

@@ -40,6 +40,7 @@ class Manifest:
     shared_files: list[dict] = field(default_factory=list)  # see images.shared_files
     written_files: list[dict] = field(default_factory=list)  # see images.written_files
     sockets: list[dict] = field(default_factory=list)  # see agent.network
+    link_remaps: list[dict] = field(default_factory=list)  # see shared_files.relink
     format: int = FORMAT
 
     @property

@@ -81,11 +81,7 @@ def _remove(found: list[str]) -> None:
 
 
 # Known gaps, each a strict xfail so that a fix shows up as XPASS:
-KNOWN_GAPS = {
-    # glibc's sem_open maps a temporary name it then unlinks: CRIU wants
-    # --link-remap, and with --leave-running its restore still fails
-    "resb_posix_shm": "CRIU: link remap of sem_open's deleted temporary name",
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def _cases():
