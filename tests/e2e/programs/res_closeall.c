@@ -57,7 +57,8 @@ int main(int argc, char **argv)
         }
         }
         RES_CHECK(fcntl(p[0], F_GETFD) < 0 && fcntl(p[1], F_GETFD) < 0,
-                  "fds %d and %d are still open after closing everything", p[0], p[1]);
+                  "fds %d and %d are still open after closing everything (way %ld)",
+                  p[0], p[1], t % 4);
         printf("tick %ld\n", t);
     }
     printf("done %ld\n", ticks);
