@@ -164,3 +164,39 @@ def test_ring_of_three_hosts_moves_and_keeps_every_byte(ring):
     for proc in members:
         rows = ticks(proc.out)
         assert rows[-1][0] == "done", rows[-3:]
+
+
+def test_two_trees_of_one_host_spread_to_two_others(ring):
+    """A server and its client launched on one host come back each on a
+    host of its own: the connection between them is made again."""
+    h = ring.net.hosts
+    home = h[1]
+    args = [home.addr, PORT, str(TICKS), str(INTERVAL_MS)]
+    server = ring._popen(home, "launch", [
+        str(BIN / "dmtcp-launch"), "--join", "-h", ring.coord_host.addr, "-p", COORD_PORT,
+        "--ckptdir", str(ring.ckptdir), ring.exe, "server", *args])
+    wait_for(lambda: "listening" in server.out.read_text(), what="the server")
+    client = ring._popen(home, "launch", [
+        str(BIN / "dmtcp-launch"), "--join", "-h", ring.coord_host.addr, "-p", COORD_PORT,
+        "--ckptdir", str(ring.ckptdir), ring.exe, "client", *args])
+    wait_for(lambda: ring.status()["num_peers"] == 2 and last(server) >= 10 and last(client) >= 10,
+             what="the pair to run")
+    before = {"server": last(server), "client": last(client)}
+    ring.command("-bc")
+    ring.command("-k")
+    assert server.wait(timeout=TIMEOUT) != 0 and client.wait(timeout=TIMEOUT) != 0
+    no_failure([server, client])
+    images = list(ring.ckptdir.glob("ckpt_*.dmtcp"))
+    assert len(images) == 2
+    by_role = {}
+    for image in images:
+        argv = json.loads((image / "manifest.json").read_text())["argv"]
+        by_role["server" if "server" in argv else "client"] = image
+    moved = {"server": ring.restart(h[2], by_role["server"]),
+             "client": ring.restart(h[3], by_role["client"])}
+    for role, proc in moved.items():
+        assert proc.wait(timeout=TIMEOUT) == 0, proc.err.read_text()
+        rows = ticks(proc.out)
+        first = int(next(r for r in rows if r[0] == "tick")[1])
+        assert first > before[role] and rows[-1][0] == "done", (role, rows[:2], rows[-2:])
+    no_failure(moved.values())
