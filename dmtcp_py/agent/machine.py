@@ -47,6 +47,7 @@ class Barrier:
     generation: int
     stop: bool
     num_trees: int
+    failed_conns: frozenset[str] = frozenset()  # connections not to refill
 
 
 class Verdict(enum.Enum):
@@ -80,8 +81,11 @@ class AgentMachine:
             return None, messages.make("reached", state=msg["state"], ok=False, error=str(exc))
         if target is State.SUSPENDED:
             self.running = False
+        failed = msg.get("failed_conns")
         return Barrier(target, WORK_AT[target], int(msg.get("generation", 0)),
-                       bool(msg.get("stop")), int(msg.get("num_trees", 1))), None
+                       bool(msg.get("stop")), int(msg.get("num_trees", 1)),
+                       frozenset(str(c) for c in failed) if isinstance(failed, list)
+                       else frozenset()), None
 
     def done(self, barrier: Barrier, error: str | None = None, **extra) -> dict:
         """The work of a barrier is over: the state is reached (also when

@@ -62,6 +62,7 @@ class Network:
         self.warnings: list[str] = []
         self.external: list[str] = []
         self.datagrams: dict[int, list] = {}
+        self.failed_conns: list[str] = []
         # restart: ends whose write side the program had shut; shut again
         # once refilled
         self._shut_after: dict[int, bool] = {}
@@ -142,8 +143,15 @@ class Network:
         jobs = {ino: drain.drain(self.entries[ino].sock,
                                  _cookie(comp_id, c["conn"], generation), DRAIN_TIMEOUT)
                 for ino, c in self.conns.items() if self.entries[ino].leader}
-        results = await asyncio.gather(*jobs.values())
-        self.drained = dict(zip(jobs, results))
+        results = await asyncio.gather(*jobs.values(), return_exceptions=True)
+        self.drained = {ino: r for ino, r in zip(jobs, results) if not isinstance(r, BaseException)}
+        # a connection one end could not drain is broken for this
+        # checkpoint: the coordinator tells both ends to leave it alone
+        self.failed_conns = sorted(self.conns[ino]["conn"] for ino, r in zip(jobs, results)
+                                   if isinstance(r, BaseException))
+        if self.failed_conns:
+            first = next(r for r in results if isinstance(r, BaseException))
+            raise drain.DrainError(f"{len(self.failed_conns)} connections: {first}")
         total = sum(d.nbytes for d in self.drained.values())
         log.info("parked %d sockets, %d connections under control, %d bytes drained, "
                  "%d datagrams queued", len(self.entries), len(self.conns), total,
@@ -178,11 +186,16 @@ class Network:
             out.append(row)
         return out
 
-    async def refill_and_unpark(self, timeout: float) -> None:
-        """REFILLED: bytes back into the kernel, sockets back on their fds."""
+    async def refill_and_unpark(self, timeout: float, skip: frozenset[str] = frozenset()) -> None:
+        """REFILLED: bytes back into the kernel, sockets back on their fds.
+        Connections in skip failed to drain at one end: no refill there."""
         jobs = []
         for ino, d in self.drained.items():
             conn = self.conns[ino]["conn"]
+            if conn in skip:
+                log.warning("connection %s failed to drain; %d bytes in flight are lost",
+                            conn, d.nbytes)
+                continue
             jobs.append(drain.refill(self.entries[ino].sock, d, DRAIN_TIMEOUT,
                                      relay_send=self._relay_sender(conn),
                                      relay_recv=self._relay_receiver(conn),
@@ -226,6 +239,7 @@ class Network:
         self.entries, self.conns, self.drained = {}, {}, {}
         self.external: list[str] = []  # connections to processes not under control
         self.datagrams: dict[int, list] = {}  # ino -> [(data, source, source key, known)]
+        self.failed_conns: list[str] = []
         self._shut_after = {}
         self._restored = False
         self._relays.clear()

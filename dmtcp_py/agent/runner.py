@@ -315,6 +315,8 @@ class Agent:
                 return f"draining the network connections failed: {exc!r}"
             finally:
                 reply["external"] = list(self.net.external)
+                if self.net.failed_conns:
+                    reply["failed_conns"] = list(self.net.failed_conns)
         if work is Work.DUMP:
             try:
                 reply["image"] = await self._checkpoint(barrier)
@@ -327,7 +329,7 @@ class Agent:
             if missing:
                 log.warning("processes %s did not reconnect", sorted(missing))
             try:
-                await self.net.refill_and_unpark(SHIM_TIMEOUT)
+                await self.net.refill_and_unpark(SHIM_TIMEOUT, barrier.failed_conns)
                 return None
             except Exception as exc:
                 log.exception("refill failed")

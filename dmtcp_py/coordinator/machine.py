@@ -82,6 +82,7 @@ class Round:
     published: set[int] = field(default_factory=set)
     resumed: bool = False
     commit_ok: bool = False  # every tree dumped: the agents publish
+    failed_conns: set[str] = field(default_factory=set)  # not drained at one end
 
 
 class CoordinatorMachine:
@@ -208,6 +209,8 @@ class CoordinatorMachine:
         rnd.reached.add(agent.agent_id)
         if state is State.DRAINED and isinstance(msg.get("external"), list):
             agent.external = [str(x) for x in msg["external"]]
+        if state is State.DRAINED and isinstance(msg.get("failed_conns"), list):
+            rnd.failed_conns.update(str(c) for c in msg["failed_conns"])
         if not msg["ok"]:
             rnd.errors.append(f"{agent.label()}: {msg.get('error', 'failed')}")
             if rnd.kind == "restart":
@@ -293,8 +296,9 @@ class CoordinatorMachine:
     # ---- barrier engine ------------------------------------------------------
 
     def _broadcast(self, rnd: Round) -> list:
+        extra = {"failed_conns": sorted(rnd.failed_conns)} if rnd.failed_conns else {}
         msg = messages.make("barrier", state=rnd.state.value, generation=rnd.generation,
-                            stop=rnd.stop, num_trees=len(rnd.participants))
+                            stop=rnd.stop, num_trees=len(rnd.participants), **extra)
         return [SendAgent(a, msg) for a in sorted(rnd.participants)]
 
     def _maybe_advance(self, now: float) -> list:

@@ -158,3 +158,30 @@ def test_one_failed_dump_makes_every_agent_drop_its_images():
     comp.verdicts.clear()
     comp.carry(comp.coord.request_checkpoint(1, 0.0, blocking=True))
     assert len(comp.completed) == 1 and set(comp.verdicts.values()) == {Verdict.PUBLISH}
+
+
+def test_a_connection_one_end_could_not_drain_is_not_refilled_at_either_end():
+    coord = CoordinatorMachine("comp")
+    for i in (1, 2):
+        coord.agent_joined(i, {"role": "agent", "token": "t", "host": "h", "pid": i,
+                               "program": "p", "tree_id": f"t{i}"}, 0.0)
+    agents = {1: AgentMachine(), 2: AgentMachine()}
+    pending = coord.request_checkpoint(None, 0.0)
+    seen: dict[int, list] = {1: [], 2: []}
+    while pending:
+        action = pending.pop(0)
+        if not isinstance(action, SendAgent) or action.message["type"] != "barrier":
+            continue
+        barrier, _ = agents[action.agent_id].barrier(action.message)
+        seen[action.agent_id].append(barrier)
+        extra = {}
+        if barrier.work is Work.DRAIN and action.agent_id == 1:
+            extra["failed_conns"] = ["a|b"]
+        if barrier.work is Work.DUMP:
+            extra["image"] = {"path": "x", "bytes": 1}
+        error = "drain failed" if extra.get("failed_conns") else None
+        pending += coord.agent_message(action.agent_id,
+                                       agents[action.agent_id].done(barrier, error, **extra), 0.0)
+    for i in (1, 2):
+        refill = next(b for b in seen[i] if b.work is Work.REFILL)
+        assert refill.failed_conns == frozenset({"a|b"})
