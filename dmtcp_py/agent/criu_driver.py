@@ -67,6 +67,10 @@ class _Session:
         # another (sem_open's temporary name): CRIU reopens it through a
         # link it makes at dump time (see link_remaps)
         opts.link_remap = True
+        # a removed file the tree still maps or holds (MPICH's and UCX's
+        # shared-memory segments are removed once every rank mapped them)
+        # goes into the image whole; CRIU's default refuses above 1 MiB
+        opts.ghost_limit = 0xFFFFFFFF
 
     def close(self) -> None:
         for fd in self.fds:

@@ -23,7 +23,7 @@ from dmtcp_py.agent.shimlink import ShimLink
 from dmtcp_py.agent.tree import Tree, become_subreaper
 from dmtcp_py.errors import UserError
 from dmtcp_py.images import manifest as manifest_mod
-from dmtcp_py.images import shared_files, store, written_files
+from dmtcp_py.images import shared_files, store, temp_files, written_files
 from dmtcp_py.paths import hostname, run_dir, shim_library, tree_init
 from dmtcp_py.protocol import codec, messages
 
@@ -244,6 +244,7 @@ class Agent:
     async def _restore(self) -> None:
         cfg, m = self.cfg, self.cfg.manifest
         assert m is not None and cfg.image is not None
+        temp_files.restore(m.temp_files, cfg.image)
         shared_files.restore(m.shared_files, cfg.image)
         shared_files.relink(m.link_remaps)
         written_files.rollback(m.written_files)
@@ -382,6 +383,8 @@ class Agent:
         self.shims.stop_listening()
         try:
             parked = set(self.shims.pids())
+            # REFILLED waits for these to come back, also when the dump fails
+            self.expected_pids = parked
             stuck = await self.shims.park_all(SHIM_TIMEOUT)
             if stuck:
                 raise criu_driver.CriuError(f"processes {stuck} did not detach from the agent")
@@ -401,7 +404,9 @@ class Agent:
             shared = await loop.run_in_executor(None, shared_files.save,
                                                 shared_files.mapped_files(pids), partial)
             handed_over = {d["path"] for d in io.values()}
-            written = written_files.collect(pids, handed_over | {s["path"] for s in shared})
+            kept = handed_over | {s["path"] for s in shared}
+            temp = await loop.run_in_executor(None, temp_files.save, pids, partial, kept)
+            written = written_files.collect(pids, kept)
             criu_driver.fix_files_image(partial)
             aliases = shared_files.deleted_aliases(pids)
             remaps = [{"remap": remap, "live": aliases[orig]}
@@ -414,6 +419,7 @@ class Agent:
                 root_pid=self.tree.root_pid, pids=sorted(p.pid for p in procs),
                 peers=len(parked), shim_pids=sorted(parked), shared_files=shared,
                 written_files=written, sockets=self.net.table(partial), link_remaps=remaps,
+                temp_files=temp,
                 agent_socket=self.shims.name,
                 num_trees=barrier.num_trees, stdio=io, external=external,
                 criu_version=criu_driver.version(), files=files)
@@ -425,7 +431,6 @@ class Agent:
             raise
         if not stop:
             await self.shims.listen()
-        self.expected_pids = parked
         duration = time.monotonic() - started
         log.info("generation %d: dumped %d bytes in %.3f s", generation, m.total_bytes, duration)
         # made durable and published once the coordinator says every tree

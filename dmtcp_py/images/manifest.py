@@ -41,6 +41,7 @@ class Manifest:
     written_files: list[dict] = field(default_factory=list)  # see images.written_files
     sockets: list[dict] = field(default_factory=list)  # see agent.network
     link_remaps: list[dict] = field(default_factory=list)  # see shared_files.relink
+    temp_files: dict = field(default_factory=dict)  # see images.temp_files
     format: int = FORMAT
 
     @property

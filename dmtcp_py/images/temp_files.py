@@ -1,0 +1,151 @@
+"""Files and directories the tree keeps in temporary places.
+
+A job's scratch files live where nothing outlives it: Open MPI's session
+directory (/tmp/ompi.HOST.UID/pid.N: hwloc's topology file, PMIx's stores,
+the PMIx server's Unix socket), MPICH's segments in /dev/shm.  They are gone
+after the job is killed or the machine reboots, and were never on another
+host; CRIU reopens files by path and rebinds sockets by path, so a restore
+fails without them.  The agent copies every regular file the tree holds
+open there into the image, and records its named pipes and the directories
+that lead to them and to the tree's path-bound Unix sockets.  At restart
+the directories and pipes are made again and each file is written back if
+it is missing; a file that is
+there is left alone (images.written_files cuts it back if it grew).
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import shutil
+import stat
+from pathlib import Path
+
+log = logging.getLogger("images.temp")
+
+# where scratch files live; anything on a tmpfs counts too
+TEMP_ROOTS = ("/tmp", "/var/tmp", "/dev/shm", "/run")
+MAX_FILE = 256 << 20  # larger scratch files are not copied (the log says so)
+_TMPFS = 0x01021994
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _is_temporary(path: str) -> bool:
+    if any(path == root or path.startswith(root + "/") for root in TEMP_ROOTS):
+        return True
+    buf = ctypes.create_string_buffer(128)  # struct statfs; f_type comes first
+    if _libc.statfs(os.path.dirname(path).encode(), buf) != 0:
+        return False
+    return int.from_bytes(buf.raw[:8], "little") == _TMPFS
+
+
+def _tree_fds(pids: list[int]):
+    """(path, st) of every fd of pids, through /proc."""
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                st = os.stat(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            yield target, st
+
+
+def _unix_socket_paths(inodes: set[int]) -> set[str]:
+    """Paths of the path-bound Unix sockets among inodes (/proc/net/unix)."""
+    out = set()
+    try:
+        with open("/proc/net/unix") as table:
+            next(table)
+            for line in table:
+                fields = line.split()
+                if len(fields) >= 8 and int(fields[6]) in inodes and fields[7].startswith("/"):
+                    out.add(fields[7])
+    except (OSError, StopIteration, ValueError):
+        pass
+    return out
+
+
+def _dir_chain(path: str) -> list[str]:
+    """The directories from the temporary root (exclusive) down to path's
+    parent, outermost first."""
+    chain = []
+    parent = os.path.dirname(path)
+    while parent not in ("/", "") and parent not in TEMP_ROOTS:
+        chain.append(parent)
+        parent = os.path.dirname(parent)
+    return chain[::-1]
+
+
+def save(pids: list[int], image_dir: Path, skip: set[str]) -> dict:
+    """Copy the tree's open scratch files into image_dir (temp-<n>.data);
+    return the manifest's entry: {"dirs": [...], "files": [...]}."""
+    files: dict[str, os.stat_result] = {}
+    fifos: dict[str, dict] = {}
+    sockets: set[int] = set()
+    for target, st in _tree_fds(pids):
+        if target.startswith("socket:["):
+            sockets.add(st.st_ino)
+        elif stat.S_ISFIFO(st.st_mode) and target.startswith("/") and _is_temporary(target):
+            fifos[target] = {"path": target, "mode": st.st_mode & 0o7777, "uid": st.st_uid,
+                             "gid": st.st_gid}
+        elif stat.S_ISREG(st.st_mode) and target.startswith("/") and target not in skip \
+                and not target.endswith(" (deleted)") and _is_temporary(target):
+            files[target] = st
+    paths = set(files) | set(fifos) | {p for p in _unix_socket_paths(sockets) if _is_temporary(p)}
+    dirs: dict[str, dict] = {}
+    for path in sorted(paths):
+        for d in _dir_chain(path):
+            if d not in dirs:
+                try:
+                    st = os.stat(d)
+                except OSError:
+                    continue
+                dirs[d] = {"path": d, "mode": st.st_mode & 0o7777, "uid": st.st_uid,
+                           "gid": st.st_gid}
+    entries = []
+    for n, path in enumerate(sorted(files)):
+        st = files[path]
+        if st.st_size > MAX_FILE:
+            log.warning("%s (%d bytes) is too large to keep in the image; it must be "
+                        "there at restart", path, st.st_size)
+            continue
+        name = f"temp-{n}.data"
+        try:
+            shutil.copyfile(path, image_dir / name)
+        except OSError:
+            continue  # removed meanwhile: the program no longer has it by name
+        os.chmod(image_dir / name, 0o600)
+        entries.append({"path": path, "data": name, "mode": st.st_mode & 0o7777,
+                        "uid": st.st_uid, "gid": st.st_gid})
+    return {"dirs": sorted(dirs.values(), key=lambda d: d["path"]), "files": entries,
+            "fifos": sorted(fifos.values(), key=lambda f: f["path"])}
+
+
+def restore(saved: dict, image_dir: Path) -> None:
+    """Before CRIU restores: make the missing directories and files again."""
+    for d in saved.get("dirs", []):
+        if not os.path.isdir(d["path"]):
+            os.makedirs(d["path"], exist_ok=True)
+            os.chmod(d["path"], d["mode"])
+            os.chown(d["path"], d["uid"], d["gid"])
+    for entry in saved.get("files", []):
+        path = entry["path"]
+        if os.path.lexists(path):
+            continue
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, entry["mode"])
+        with open(image_dir / entry["data"], "rb") as src, os.fdopen(fd, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        os.chmod(path, entry["mode"])
+        os.chown(path, entry["uid"], entry["gid"])
+        log.info("%s was gone: written back from the image", path)
+    for fifo in saved.get("fifos", []):
+        if not os.path.lexists(fifo["path"]):
+            os.mkfifo(fifo["path"], fifo["mode"])
+            os.chmod(fifo["path"], fifo["mode"])
+            os.chown(fifo["path"], fifo["uid"], fifo["gid"])
