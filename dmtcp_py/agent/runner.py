@@ -24,7 +24,7 @@ from dmtcp_py.agent.tree import Tree, become_subreaper
 from dmtcp_py.errors import UserError
 from dmtcp_py.images import manifest as manifest_mod
 from dmtcp_py.images import shared_files, store, temp_files, written_files
-from dmtcp_py.paths import hostname, run_dir, shim_library, tree_init
+from dmtcp_py.paths import hostname, run_dir, shim_library, tool, tree_init
 from dmtcp_py.protocol import codec, messages
 
 log = logging.getLogger("agent")
@@ -233,6 +233,10 @@ class Agent:
         env["DMTCP_COORD_HOST"] = cfg.coord_host
         env["DMTCP_COORD_PORT"] = str(cfg.coord_port)
         env["DMTCP_CHECKPOINT_DIR"] = str(cfg.ckptdir)
+        # `ssh HOST CMD` from the tree: the shim runs this instead (dmtcp_py.ssh),
+        # which starts CMD on HOST under this computation with the token
+        env["DMTCP_SSH_WRAPPER"] = tool("dmtcp-ssh")
+        env["DMTCP_COORD_TOKEN"] = cfg.token
         init = str(tree_init())
         try:
             pid = self.tree.spawn(init, [init, cfg.path, *cfg.argv], env)

@@ -23,14 +23,16 @@
 extern char **environ;
 
 /* NAME=value of each variable to keep, captured at start-up. */
-#define KEPT 8
+#define KEPT 10
 static char kept[KEPT][1024];
 static int n_kept;
 static char preload_value[1024]; /* our library's path */
+static char ssh_wrapper[1024];   /* dmtcp-ssh, or empty */
 
 static const char *const kept_names[] = {
     DMTCP_ENV_AGENT_SOCK, DMTCP_ENV_SIGCKPT, "DMTCP_COORD_HOST", "DMTCP_COORD_PORT",
-    "DMTCP_CHECKPOINT_DIR", "DMTCP_TMPDIR", "DMTCP_LOG_LEVEL",
+    "DMTCP_CHECKPOINT_DIR", "DMTCP_TMPDIR", "DMTCP_LOG_LEVEL", "DMTCP_COORD_TOKEN",
+    "DMTCP_SSH_WRAPPER",
 };
 
 void exec_env_capture(void)
@@ -45,6 +47,8 @@ void exec_env_capture(void)
     }
     if (dladdr((void *)exec_env_capture, &info) && info.dli_fname)
         snprintf(preload_value, sizeof(preload_value), "%s", info.dli_fname);
+    if (getenv("DMTCP_SSH_WRAPPER"))
+        snprintf(ssh_wrapper, sizeof(ssh_wrapper), "%s", getenv("DMTCP_SSH_WRAPPER"));
 }
 
 static int name_is(const char *entry, const char *name_eq, size_t len)
@@ -98,6 +102,30 @@ static char **reassert(char *const *envp, char **out, char *preload_buf, size_t 
     return out;
 }
 
+/* dmtcp-ssh when path (or a name looked up in PATH) is an ssh to take over */
+static const char *ssh_wrapper_for(const char *path, char *const *envp)
+{
+    const char *base = strrchr(path, '/');
+
+    base = base ? base + 1 : path;
+    if (!ssh_wrapper[0] || strcmp(base, "ssh") != 0)
+        return NULL;
+    for (size_t i = 0; envp && envp[i]; i++)
+        if (name_is(envp[i], "DMTCP_SSH_DIRECT=", 17))
+            return NULL;
+    return ssh_wrapper;
+}
+
+/* newargv: wrapper, the ssh asked for, then its arguments (argv[1] on) */
+#define WITH_SSH_ARGV(wrapper, path, argv, newargv) \
+    size_t n_##newargv = env_len(argv), k_##newargv = 2; \
+    char *newargv[n_##newargv + 3]; \
+    newargv[0] = (char *)(wrapper); \
+    newargv[1] = (char *)(path); \
+    for (size_t i_ = 1; i_ < n_##newargv; i_++) \
+        newargv[k_##newargv++] = argv[i_]; \
+    newargv[k_##newargv] = NULL
+
 #define WITH_ENV(envp, newenv) \
     char *newenv##_arr[env_len(envp) + KEPT + 2]; \
     char newenv##_pre[4096]; \
@@ -106,13 +134,23 @@ static char **reassert(char *const *envp, char **out, char *preload_buf, size_t 
 
 SHIM_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
+    const char *wrapper = ssh_wrapper_for(path, envp);
     WITH_ENV(envp, env);
+    if (wrapper) {
+        WITH_SSH_ARGV(wrapper, path, argv, wargv);
+        return real_execve(wrapper, wargv, env);
+    }
     return real_execve(path, argv, env);
 }
 
 SHIM_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
+    const char *wrapper = ssh_wrapper_for(file, envp);
     WITH_ENV(envp, env);
+    if (wrapper) {
+        WITH_SSH_ARGV(wrapper, file, argv, wargv);
+        return real_execve(wrapper, wargv, env);
+    }
     return real_execvpe(file, argv, env);
 }
 
@@ -165,14 +203,24 @@ SHIM_EXPORT int execle(const char *path, const char *arg, ...)
 SHIM_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
                             const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
+    const char *wrapper = ssh_wrapper_for(path, envp);
     WITH_ENV(envp, env);
+    if (wrapper) {
+        WITH_SSH_ARGV(wrapper, path, argv, wargv);
+        return real_posix_spawn(pid, wrapper, fa, attr, wargv, env);
+    }
     return real_posix_spawn(pid, path, fa, attr, argv, env);
 }
 
 SHIM_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
                              const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
+    const char *wrapper = ssh_wrapper_for(file, envp);
     WITH_ENV(envp, env);
+    if (wrapper) {
+        WITH_SSH_ARGV(wrapper, file, argv, wargv);
+        return real_posix_spawn(pid, wrapper, fa, attr, wargv, env);
+    }
     return real_posix_spawnp(pid, file, fa, attr, argv, env);
 }
 
