@@ -127,8 +127,18 @@ def _is_local_only(ip: str) -> bool:
     return addr.is_loopback or addr.is_unspecified
 
 
+def _plain_ip(ip: str) -> str:
+    """An IPv4 peer of a dual-stack socket shows as ::ffff:a.b.c.d; the other
+    end of the same connection, an IPv4 socket, says a.b.c.d."""
+    try:
+        mapped = ipaddress.ip_address(ip.split("%")[0]).ipv4_mapped
+    except (ValueError, AttributeError):
+        return ip
+    return str(mapped) if mapped else ip
+
+
 def inet_key(kind: str, addr: tuple, netid: str) -> str:
-    ip, port = addr[0], addr[1]
+    ip, port = _plain_ip(addr[0]), addr[1]
     if _is_local_only(ip):
         return f"{kind}:{netid}/{ip}:{port}"
     return f"{kind}:{ip}:{port}"

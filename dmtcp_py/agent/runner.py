@@ -43,6 +43,22 @@ async def _test_hold(state: str) -> None:
         await asyncio.sleep(seconds)
 
 
+# where Open MPI, PMIx and MPICH's Hydra tell a process its rank
+_RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
+
+
+def _mpi_rank(proc: psutil.Process) -> int | None:
+    """The MPI rank of a process, from the environment its launcher gave it."""
+    try:
+        env = proc.environ()
+    except psutil.Error:
+        return None
+    for name in _RANK_VARIABLES:
+        if env.get(name, "").isdigit():
+            return int(env[name])
+    return None
+
+
 class CannotExecute(UserError):
     exit_code = 126  # as a shell says it
 
@@ -217,7 +233,12 @@ class Agent:
         procs = []
         for pid in self.shims.pids():
             try:
-                procs.append([pid, psutil.Process(pid).name()])
+                proc = psutil.Process(pid)
+                entry = [pid, proc.name()]
+                rank = _mpi_rank(proc)
+                if rank is not None:
+                    entry.append(rank)
+                procs.append(entry)
             except psutil.Error:
                 procs.append([pid, "?"])
         self._send(messages.make("peers", count=len(procs), procs=procs))

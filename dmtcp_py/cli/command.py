@@ -10,6 +10,7 @@ from dmtcp_py import __version__
 from dmtcp_py.cli.common import CONTEXT, coord_host_option, coord_port_option, run
 from dmtcp_py.client import CoordinatorClient
 from dmtcp_py.errors import UserError
+from dmtcp_py.listing import proc_lines
 
 
 @click.command(context_settings=CONTEXT)
@@ -80,7 +81,7 @@ def _print_status(reply: dict, host: str, port: int, as_json: bool, listing: boo
     if listing:
         for t in reply.get("trees", []):
             lines.append(f"{t['host']}  agent {t['agent_pid']}  {t['program']}  {t['state']}")
-            lines += [f"    pid {pid}  {name}" for pid, name in t["procs"]]
+            lines += proc_lines(t["procs"])
             lines += [f"    outside: {c} (not under control: comes back closed at restart)"
                       for c in t.get("external", [])]
     click.echo("\n".join(lines))

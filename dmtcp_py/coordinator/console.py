@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import time
 
+from dmtcp_py.listing import proc_lines
+
 HELP = """Commands:
   l : list the connected trees (host, pid, program, state)
   s : status
@@ -36,7 +38,7 @@ def handle(line: str, server) -> str | None:
         for r in rows:
             out.append(f"{r['host']}  agent {r['agent_pid']}  {r['program']}  {r['state']}  "
                        f"{r['peers']} processes")
-            out += [f"    pid {pid}  {name}" for pid, name in r["procs"]]
+            out += proc_lines(r["procs"])
             out += [f"    outside: {c}" for c in r.get("external", [])]
         return "\n".join(out)
     if cmd == "c":

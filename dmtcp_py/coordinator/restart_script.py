@@ -22,7 +22,8 @@ _TEMPLATE = """#!/bin/bash
 #               [--map OLD_HOST=NEW_HOST]... [other dmtcp_restart options]
 #
 # Trees are restarted on the host they ran on unless --map moves them; a host
-# other than this one is reached with ssh.  Defaults come from
+# other than this one is reached with ssh (the computation's token goes
+# along: DMTCP_COORD_TOKEN, else this host's token file).  Defaults come from
 # DMTCP_COORD_HOST and DMTCP_COORD_PORT, then from the checkpointing run.
 set -u
 coord_host=${{DMTCP_COORD_HOST:-{coord_host}}}
@@ -40,13 +41,20 @@ while [ $# -gt 0 ]; do
     esac
 done
 
+token=${{DMTCP_COORD_TOKEN:-}}
+token_file=${{DMTCP_TMPDIR:-/tmp}}/dmtcp-$(id -un)@$(hostname)/coordinator-$coord_port.token
+if [ -z "$token" ] && [ -r "$token_file" ]; then token=$(cat "$token_file"); fi
+
 restart_on() {{  # restart_on OLD_HOST IMAGE...
     local old=$1; shift
     local new=${{hostmap[$old]:-$old}}
+    echo "${{0##*/}}: trees of $old restart on $new" >&2
     if [ "$new" = "$(hostname)" ] || [ "$new" = localhost ]; then
         "$dmtcp_restart" --coord-host "$coord_host" --coord-port "$coord_port" "${{extra[@]}}" "$@"
     else
-        ssh "$new" "$dmtcp_restart" --join --coord-host "$coord_host" --coord-port "$coord_port" "${{extra[@]}}" "$@"
+        # ssh hands the remote shell one line: quote every word for it
+        ssh "$new" "$(printf '%q ' env "DMTCP_COORD_TOKEN=$token" "$dmtcp_restart" --join \
+            --coord-host "$coord_host" --coord-port "$coord_port" "${{extra[@]}}" "$@")"
     fi
 }}
 

@@ -5,7 +5,10 @@ host, and the tests must not depend on real machines.  A "host" here is a
 network namespace (its own eth0 and address from 198.18.0.0/15, the range
 reserved for test networks and never routed) plus a UTS namespace (its own
 hostname, because the coordinator, the restart script and the per-host
-temporary directories all go by hostname).  The hosts of one network hang off
+temporary directories all go by hostname) plus a mount namespace whose
+/dev/shm is a tmpfs of its own (as on separate machines: MPI libraries put
+segments there under names that are the same on every host).  The hosts of
+one network hang off
 one bridge that lives in a separate "switch" namespace, so nothing is added
 to the machine's own namespace and adding a host later (a migration target)
 is just one more veth on the bridge.
@@ -34,6 +37,7 @@ import itertools
 import os
 import re
 import select
+import shlex
 import signal
 import subprocess
 import sys
@@ -108,7 +112,7 @@ def _ns_id(path: Path) -> tuple[int, int] | None:
 
 
 def _in_namespaces(pid: int, ids: set[tuple[int, int]]) -> bool:
-    for kind in ("net", "uts"):
+    for kind in ("net", "uts", "mnt"):
         try:
             st = os.stat(f"/proc/{pid}/ns/{kind}")
         except OSError:
@@ -160,13 +164,16 @@ def _kill_inside(ids: set[tuple[int, int]], timeout: float = 5.0) -> None:
 
 
 class TestHost:
-    """One host: a network namespace with eth0 on the network's bridge, and a
-    UTS namespace with the host's name."""
+    """One host: a network namespace with eth0 on the network's bridge, a
+    UTS namespace with the host's name, and a mount namespace with a
+    /dev/shm of its own (the rest of the file system is the machine's)."""
 
     __test__ = False  # not a pytest test class despite the name
 
-    def __init__(self, name: str, addr: str, netns: str, uts: Path, index: int):
+    def __init__(self, name: str, addr: str, netns: str, uts: Path, index: int,
+                 mnt: Path | None = None):
         self.name = name
+        self.mnt = mnt
         self.addr = addr
         self.netns = netns
         self.uts = uts
@@ -180,10 +187,12 @@ class TestHost:
         """argv prefixed so that it runs inside this host."""
         if isinstance(argv, (str, bytes)):
             raise TypeError("argv must be a sequence of arguments, not a string")
-        return ["nsenter", f"--net={NETNS_DIR / self.netns}", f"--uts={self.uts}",
+        mnt = [f"--mount={self.mnt}"] if self.mnt else []
+        return ["nsenter", f"--net={NETNS_DIR / self.netns}", f"--uts={self.uts}", *mnt,
                 "--", *map(os.fspath, argv)]
 
     def popen(self, argv: Sequence[str], **kw) -> subprocess.Popen:
+        argv = self._open_stdio_inside(argv, kw)
         proc = subprocess.Popen(self.command(argv), **kw)
         # Kept so that close() can reap what it kills; prune the finished ones.
         self._procs = [p for p in self._procs if p.poll() is None]
@@ -191,7 +200,34 @@ class TestHost:
         return proc
 
     def run(self, argv: Sequence[str], **kw) -> subprocess.CompletedProcess:
+        argv = self._open_stdio_inside(argv, kw)
         return subprocess.run(self.command(argv), **kw)  # noqa: PLW1510 - caller's kw
+
+    def _open_stdio_inside(self, argv: Sequence[str], kw: dict) -> list[str]:
+        """A file or /dev/null given as stdin, stdout or stderr is opened by
+        a shell inside the host, as on a real host: opened outside, it sits
+        on a mount of the machine's namespace that CRIU cannot find from
+        inside.  Pipes pass as they are; no stdin means /dev/null."""
+        if isinstance(argv, (str, bytes)):
+            raise TypeError("argv must be a sequence of arguments, not a string")
+        redirections = []
+        for fd, key in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+            value = kw.get(key)
+            if fd == 0 and value is None and kw.get("input") is None:
+                value = subprocess.DEVNULL
+            if value is subprocess.DEVNULL:
+                redirections.append(f"{fd}<>/dev/null")
+            elif hasattr(value, "name") and isinstance(value.name, str) \
+                    and value.name.startswith("/"):
+                redirections.append(f"{fd}>>{shlex.quote(value.name)}" if fd else
+                                    f"0<{shlex.quote(value.name)}")
+            else:
+                continue
+            kw.pop(key, None)
+        if not redirections:
+            return list(map(os.fspath, argv))
+        return ["/bin/sh", "-c", 'exec "$@" ' + " ".join(redirections), "sh",
+                *map(os.fspath, argv)]
 
 
 class TestNetwork:
@@ -226,6 +262,10 @@ class TestNetwork:
         self.run_dir.mkdir(mode=0o700)
         self._undo.append(self.run_dir.rmdir)
         try:
+            # mount namespaces are pinned on files in a private mount
+            _cmd("mount", "--bind", str(self.run_dir), str(self.run_dir))
+            self._undo.append(lambda: _umount(self.run_dir))
+            _cmd("mount", "--make-private", str(self.run_dir))
             _ip("netns", "add", self.switch)
             self._undo.append(lambda: _ip("netns", "del", self.switch))
             _ip("-n", self.switch, "link", "set", "lo", "up")
@@ -258,12 +298,14 @@ class TestNetwork:
             raise NetworkError(f"{self.subnet} is full")
         name = f"h{index}"
         host = TestHost(name, str(self.subnet.network_address + index),
-                        self.prefix + name, self.run_dir / f"{name}.uts", index)
+                        self.prefix + name, self.run_dir / f"{name}.uts", index,
+                        self.run_dir / f"{name}.mnt")
         undo: list[Callable[[], None]] = []
         try:
             self._create_host(host, undo)
         except BaseException as exc:
-            _kill_inside({i for i in (_ns_id(NETNS_DIR / host.netns), _ns_id(host.uts)) if i})
+            _kill_inside({i for i in (_ns_id(NETNS_DIR / host.netns), _ns_id(host.uts),
+                                      _ns_id(host.mnt)) if i})
             # Deleting the namespace drops the veth pair too, but
             # asynchronously; the index is reused by the next add_host(), so
             # the switch end's name must be free at once.
@@ -288,6 +330,11 @@ class TestNetwork:
         undo.append(host.uts.unlink)
         undo.append(lambda: _umount(host.uts))
         _cmd("unshare", f"--uts={host.uts}", "hostname", host.name)
+        os.close(os.open(host.mnt, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        undo.append(host.mnt.unlink)
+        undo.append(lambda: _umount(host.mnt))
+        _cmd("unshare", f"--mount={host.mnt}", "--propagation", "slave",
+             "mount", "-t", "tmpfs", "-o", "mode=1777,size=2g", "dmtcp-test-shm", "/dev/shm")
         _ip("netns", "add", host.netns)
         undo.append(lambda: _ip("netns", "del", host.netns))
         # Both ends are created directly in their namespaces: nothing ever
@@ -311,7 +358,7 @@ class TestNetwork:
                 proc.kill()
         paths = [NETNS_DIR / self.switch]
         for host in self.hosts:
-            paths += [NETNS_DIR / host.netns, host.uts]
+            paths += [NETNS_DIR / host.netns, host.uts, host.mnt]
         _kill_inside({i for i in map(_ns_id, paths) if i})
         for host in self.hosts:
             for proc in host._procs:
@@ -350,12 +397,13 @@ def sweep_stale() -> list[str]:
         m = _RUN_DIR_RE.match(name)
         if m and not _alive(int(m[1]), int(m[2])) and (RUN_BASE / name).is_dir():
             stale_dirs.append(RUN_BASE / name)
-    uts_files = [f for d in stale_dirs for f in d.glob("*.uts")]
-    _kill_inside({i for i in map(_ns_id, [*(NETNS_DIR / n for n in stale_netns), *uts_files]) if i})
-    for f in uts_files:
+    pins = [f for d in stale_dirs for f in [*d.glob("*.uts"), *d.glob("*.mnt")]]
+    _kill_inside({i for i in map(_ns_id, [*(NETNS_DIR / n for n in stale_netns), *pins]) if i})
+    for f in pins:
         _umount(f)
         f.unlink()
     for d in stale_dirs:
+        _umount(d)  # the private bind mount the pins sit on
         d.rmdir()
     for name in stale_netns:
         _ip("netns", "del", name)
