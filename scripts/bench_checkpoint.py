@@ -564,27 +564,45 @@ def _terminate(signum, frame):
     raise KeyboardInterrupt
 
 
-def main() -> int:
-    args = parse_args()
+def run_guarded(name: str, ws: Workspace, work, budget: int = 0) -> int:
+    """Every benchmark's main(): as root, run work() (it returns the table)
+    with the workspace made and always removed, within budget seconds if
+    given; a failure is one line on stderr; the table goes to stdout."""
     if os.geteuid() != 0:
-        print("bench_checkpoint: error: run as root (CRIU needs it)", file=sys.stderr)
+        print(f"{name}: error: run as root (CRIU needs it)", file=sys.stderr)
         return 1
+
+    def out_of_time(_signum, _frame):
+        raise BenchError(f"gave up after the time budget of {budget} s")
+
     signal.signal(signal.SIGTERM, _terminate)
-    ws = Workspace(keep_logs=args.keep_logs)
+    signal.signal(signal.SIGALRM, out_of_time)
     try:
+        signal.alarm(budget)
         ws.create()
-        program = compile_program(ws.base)
-        samples = run_rounds(ws, program, args.size_mib, args.runs)
-    except (BenchError, subprocess.TimeoutExpired) as exc:
-        print(f"bench_checkpoint: error: {exc}", file=sys.stderr)
+        text = work()
+    except (BenchError, subprocess.TimeoutExpired, psutil.Error) as exc:
+        print(f"{name}: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("bench_checkpoint: interrupted", file=sys.stderr)
+        print(f"{name}: interrupted", file=sys.stderr)
         return 130
     finally:
+        signal.alarm(0)
         ws.cleanup()
-    print(table(samples, args.size_mib, args.runs))
+    print(text)
     return 0
+
+
+def main() -> int:
+    args = parse_args()
+    ws = Workspace(keep_logs=args.keep_logs)
+
+    def work() -> str:
+        program = compile_program(ws.base)
+        return table(run_rounds(ws, program, args.size_mib, args.runs), args.size_mib, args.runs)
+
+    return run_guarded("bench_checkpoint", ws, work)
 
 
 if __name__ == "__main__":

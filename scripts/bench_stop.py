@@ -35,7 +35,6 @@ whole run gives up after TIME_BUDGET seconds.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import statistics
 import subprocess
@@ -409,36 +408,16 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def _out_of_time(signum, frame):
-    raise BenchError(f"gave up after the time budget of {TIME_BUDGET} s")
-
-
 def main() -> int:
     args = parse_args()
-    if os.geteuid() != 0:
-        print("bench_stop: error: run as root (CRIU needs it)", file=sys.stderr)
-        return 1
-    signal.signal(signal.SIGTERM, bc._terminate)
-    signal.signal(signal.SIGALRM, _out_of_time)
     ws = Workspace(keep_logs=args.keep_logs)
-    results: list[Result] = []
-    try:
-        signal.alarm(TIME_BUDGET)
-        ws.create()
+
+    def work() -> str:
         program = compile_program(ws.base)
-        for procs in args.procs:
-            results.append(measure(ws, program, procs, args.mib, args.runs))
-    except (BenchError, subprocess.TimeoutExpired, psutil.Error) as exc:
-        print(f"bench_stop: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("bench_stop: interrupted", file=sys.stderr)
-        return 130
-    finally:
-        signal.alarm(0)
-        ws.cleanup()
-    print(table(results, args.runs))
-    return 0
+        results = [measure(ws, program, procs, args.mib, args.runs) for procs in args.procs]
+        return table(results, args.runs)
+
+    return bc.run_guarded("bench_stop", ws, work, TIME_BUDGET)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ from functools import lru_cache
 
 from pyroute2 import DiagSocket
 
+from dmtcp_py import procfs
+
 # options that describe how the program set its socket up (restored on a
 # new socket after a restart); transient ones (TCP_CORK) are left out
 _OPTIONS = [
@@ -61,15 +63,10 @@ def socket_inode(pid: int, fd: int) -> int | None:
 def tree_sockets(pids: list[int]) -> dict[int, dict[int, int]]:
     """pid -> {fd: socket inode}."""
     out: dict[int, dict[int, int]] = {}
-    for pid in pids:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for name in fds:
-            ino = socket_inode(pid, int(name))
-            if ino is not None:
-                out.setdefault(pid, {})[int(name)] = ino
+    for pid, name in procfs.fds(pids):
+        ino = socket_inode(pid, int(name))
+        if ino is not None:
+            out.setdefault(pid, {})[int(name)] = ino
     return out
 
 

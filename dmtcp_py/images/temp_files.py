@@ -21,6 +21,8 @@ import shutil
 import stat
 from pathlib import Path
 
+from dmtcp_py import procfs
+
 log = logging.getLogger("images.temp")
 
 # where scratch files live; anything on a tmpfs counts too
@@ -41,18 +43,13 @@ def _is_temporary(path: str) -> bool:
 
 def _tree_fds(pids: list[int]):
     """(path, st) of every fd of pids, through /proc."""
-    for pid in pids:
+    for pid, fd in procfs.fds(pids):
         try:
-            fds = os.listdir(f"/proc/{pid}/fd")
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            st = os.stat(f"/proc/{pid}/fd/{fd}")
         except OSError:
             continue
-        for fd in fds:
-            try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                st = os.stat(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            yield target, st
+        yield target, st
 
 
 def _unix_socket_paths(inodes: set[int]) -> set[str]:

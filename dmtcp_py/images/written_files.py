@@ -12,20 +12,17 @@ import logging
 import os
 import stat
 
+from dmtcp_py import procfs
+
 log = logging.getLogger("images.written")
 
 
 def collect(pids: list[int], skip: set[str]) -> list[dict]:
     found: dict[str, dict] = {}
-    for pid in pids:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            entry = _describe(pid, fd)
-            if entry and entry["path"] not in skip:
-                found[entry["path"]] = entry
+    for pid, fd in procfs.fds(pids):
+        entry = _describe(pid, fd)
+        if entry and entry["path"] not in skip:
+            found[entry["path"]] = entry
     return sorted(found.values(), key=lambda e: e["path"])
 
 

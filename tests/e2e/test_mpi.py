@@ -47,6 +47,7 @@ def test_mpi_job_restarts_and_gets_the_uninterrupted_answer(comp, solvers, scrat
     comp.checkpoint()
     listing = comp.command("-l").stdout
     assert listing.count("mpi_solver_") == RANKS, listing
+    assert all(f"rank {r}" in listing for r in range(RANKS)), listing
     resumed = _last_iteration(out)
     wait_for(lambda: _last_iteration(out) >= resumed + 50, what="iterations after the checkpoint")
     assert comp.kill_and_wait(proc) != 0
