@@ -134,8 +134,11 @@ def run(argv: list[str]) -> int:
     conn = _accept(listener, relay.cookie)
     listener.close()
     if conn is None:
+        hint = ("the coordinator is at a loopback address: start it with --listen ADDR "
+                "and launch with -h ADDR" if relay.coord_host.startswith(("127.", "localhost"))
+                else "see the agent's log there")
         _say(f"the command on {call.destination} did not call back within "
-             f"{ACCEPT_TIMEOUT:g} s (see the agent's log there)")
+             f"{ACCEPT_TIMEOUT:g} s ({hint})")
         return 255
     return _serve(frames.Link(conn))
 

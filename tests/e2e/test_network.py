@@ -4,6 +4,7 @@ doubled or reordered (net_stream checks every counter it receives)."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 
@@ -113,7 +114,7 @@ def test_connection_to_a_server_not_under_control(comp, programs):
         # checkpoint and go on: the same connection goes on working
         comp.checkpoint()
         listing = comp.command("-l").stdout
-        assert f"outside: 127.0.0.1:" in listing and f"-> 127.0.0.1:{server.port}" in listing
+        assert "outside: 127.0.0.1:" in listing and f"-> 127.0.0.1:{server.port}" in listing
         seen = len(ticks(out))
         wait_for(lambda: len(ticks(out)) >= seen + 5, what="ticks after the checkpoint")
         assert all(r[2] == "echo" for r in ticks(out) if r[0] == "tick"), ticks(out)[-5:]
@@ -177,3 +178,26 @@ def test_udp_datagrams_queued_at_the_checkpoint_are_not_lost(comp, programs):
     done = [r for r in ticks(out) if r[0] == "done"]
     assert sorted(r[2] for r in done) == ["received", "sent"]
     assert received(out) == TICKS and at_checkpoint < TICKS
+
+
+def test_a_failed_dump_gives_every_process_its_sockets_back(comp, programs):
+    """CRIU fails under one tree (here: a CRIU that cannot run): the
+    checkpoint fails with its reason, and both programs go on streaming over
+    their own sockets (no placeholder left on a socket's number)."""
+    where = ["127.0.0.1", str(free_port())]
+    server, sout = comp.launch(*programs["net_stream"], "server", *where,
+                               str(TICKS), str(INTERVAL_MS))
+    wait_for(lambda: sout.exists() and "listening" in sout.read_text(), what="the server")
+    client, cout = comp.launch(*programs["net_stream"], "client", *where,
+                               str(TICKS), str(INTERVAL_MS),
+                               env={**os.environ, "DMTCP_CRIU": "/bin/false"})
+    comp.wait_peers(2)
+    wait_for(lambda: last(sout, "server") >= 10 and last(cout, "client") >= 10, what="traffic")
+    res = comp.command("-bc", check=False)
+    assert res.returncode != 0 and "criu" in res.stderr.lower(), res.stderr
+    mark = (last(sout, "server"), last(cout, "client"))
+    wait_for(lambda: last(sout, "server") >= mark[0] + 10 and last(cout, "client") >= mark[1] + 10,
+             what="traffic after the failed checkpoint")
+    assert server.wait(timeout=TIMEOUT) == 0 and client.wait(timeout=TIMEOUT) == 0
+    assert_no_failure(server, client)
+    assert comp.images() == [], "a failed checkpoint left an image"
