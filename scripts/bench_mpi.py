@@ -32,51 +32,59 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(HERE.parent))  # the tests' MPI definitions and solver
 import bench_checkpoint as bc  # noqa: E402  (helpers shared with the checkpoint benchmark)
 from bench_checkpoint import BenchError, progress, run_checked, settle, wait_until  # noqa: E402
 
 from dmtcp_py.paths import criu_binary  # noqa: E402
+from tests.e2e import mpi  # noqa: E402
 
-SOLVER = Path(__file__).resolve().parent.parent / "tests" / "e2e" / "programs" / "mpi_solver.c"
 PORTS = range(7900, 7950)
 TIME_BUDGET = 540            # seconds: it must end by itself
-MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OMPI_MCA_btl": "self,vader,tcp", "OMPI_MCA_pml": "ob1"}
-IMPLS = {  # name: (compiler wrapper, mpirun, its options here)
-    "openmpi": ("mpicc.openmpi", "mpirun.openmpi", ["--oversubscribe"]),
-    "mpich": ("mpicc.mpich", "mpirun.mpich", []),
-}
+IMPLS = {m.name: m for m in mpi.BOTH}
 CKPT_RANKS = 4
 
 
 class Workspace(bc.Workspace):
     port_range = PORTS
 
+    def create(self) -> None:
+        self.scratch = mpi.scratch_entries()
+        super().create()
+
+    def cleanup(self) -> None:
+        super().cleanup()
+        if hasattr(self, "scratch"):  # what the killed jobs left in /tmp and /dev/shm
+            mpi.remove_scratch(self.scratch)
+
 
 def build(ws: Workspace, impl: str) -> Path:
-    exe = ws.base / f"mpi_solver_{impl}"
-    run_checked([IMPLS[impl][0], "-O2", "-o", str(exe), str(SOLVER)])
-    return exe
+    return Path(mpi.build(IMPLS[impl], ws.base))
 
 
 def mpirun_argv(impl: str, ranks: int, exe: Path, *args: str) -> list[str]:
-    _cc, mpirun, options = IMPLS[impl]
-    return [mpirun, *options, "-np", str(ranks), str(exe), *args]
+    m = IMPLS[impl]
+    return [m.mpirun, *m.options, "-np", str(ranks), str(exe), *args]
 
 
 def checksum_of(text: str) -> str:
-    found = re.findall(r"^checksum ([0-9a-f]+)$", text, re.M)
+    found = mpi.checksum(text)
     if not found:
         raise BenchError(f"the solver printed no checksum: {text[-300:]!r}")
-    return found[-1]
+    return found
 
 
-def solve(argv: list[str], timeout: float) -> tuple[float, str]:
+def _env(impl: str) -> dict:
+    return {**os.environ, **IMPLS[impl].env}
+
+
+def solve(impl: str, argv: list[str], timeout: float) -> tuple[float, str]:
     start = time.monotonic()
     try:
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=timeout, env={**os.environ, **MPI_ENV})
+                              timeout=timeout, env=_env(impl))
     except subprocess.TimeoutExpired:
         raise BenchError(f"{argv[0]}: no answer in {timeout:.0f} s") from None
     wall = time.monotonic() - start
@@ -100,7 +108,7 @@ def time_to_solution(ws: Workspace, impl: str, ranks: int, iterations: int,
             order.reverse()
         for label, argv in order:
             settle()
-            wall, checksum = solve(argv, 300)
+            wall, checksum = solve(impl, argv, 300)
             (native if label == "native" else ours).append(wall)
             sums.add(checksum)
             progress(f"{impl} run {run + 1}/{runs}: {label} {wall:.3f} s")
@@ -111,15 +119,15 @@ def time_to_solution(ws: Workspace, impl: str, ranks: int, iterations: int,
 
 
 def _wait_iteration(out: Path, at_least: int) -> bool:
-    seen = re.findall(r"^iter (\d+)$", out.read_text(errors="replace"), re.M)
-    return bool(seen) and int(seen[-1]) >= at_least
+    seen = mpi.iterations_seen(out.read_text(errors="replace"))
+    return bool(seen) and seen[-1] >= at_least
 
 
 def checkpoint_vs_raw(ws: Workspace, rank_mib: int, runs: int) -> dict:
     exe = build(ws, "openmpi")
     points = str(rank_mib * (1 << 20) // 16)  # two arrays of doubles per rank
     job = mpirun_argv("openmpi", CKPT_RANKS, exe, "1000000", "50000", points)
-    env = {**os.environ, **MPI_ENV}
+    env = _env("openmpi")
     # ours
     ours_out = ws.base / "ours.out"
     port = ws.free_port()
