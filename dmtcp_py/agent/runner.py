@@ -23,7 +23,7 @@ from dmtcp_py.agent.shimlink import ShimLink
 from dmtcp_py.agent.tree import Tree, become_subreaper
 from dmtcp_py.errors import UserError
 from dmtcp_py.images import manifest as manifest_mod
-from dmtcp_py.images import shared_files, store, temp_files, written_files
+from dmtcp_py.images import compress, shared_files, store, temp_files, written_files
 from dmtcp_py.paths import hostname, run_dir, shim_library, tool, tree_init
 from dmtcp_py.protocol import codec, messages
 
@@ -75,6 +75,7 @@ class AgentConfig:
     path: str = ""                      # resolved program path (launch)
     image: Path | None = None           # restart
     manifest: manifest_mod.Manifest | None = None
+    compress: bool = False              # memory pages in zstd (images.compress)
 
 
 class Agent:
@@ -288,10 +289,11 @@ class Agent:
             relay.start(loop)
         self.tree.hold_reaping = True
         try:
-            pid = await loop.run_in_executor(
-                None, lambda: criu_driver.restore(cfg.image, log_path, inherit=handover.pairs,
-                                           terminal=handover.terminal))
-        except criu_driver.CriuError as exc:
+            with compress.readable(cfg.image) as images:
+                pid = await loop.run_in_executor(
+                    None, lambda: criu_driver.restore(images, log_path, inherit=handover.pairs,
+                                                      terminal=handover.terminal))
+        except (criu_driver.CriuError, UserError) as exc:
             self._send(self.machine.restored(error=str(exc)))
             raise UserError(str(exc)) from None
         finally:
@@ -385,6 +387,8 @@ class Agent:
         then tell the coordinator; old generations go last."""
         loop = asyncio.get_running_loop()
         try:
+            if self.cfg.compress:
+                await loop.run_in_executor(None, self._compress, partial)
             expired = await loop.run_in_executor(None, store.publish, partial, final)
         except OSError as exc:
             await loop.run_in_executor(None, store.discard, partial)
@@ -395,6 +399,12 @@ class Agent:
         log.info("generation %d published as %s", generation, final)
         self._send(messages.make("published", generation=generation, ok=True))
         await loop.run_in_executor(None, lambda: [store.discard(e) for e in expired])
+
+    @staticmethod
+    def _compress(partial: Path) -> None:
+        if compress.compress(partial):
+            manifest_mod.rewrite(partial, files=store.file_sizes(partial),
+                                 compression=compress.NAME)
 
     async def _checkpoint(self, barrier: Barrier) -> dict:
         cfg = self.cfg

@@ -36,6 +36,12 @@ def coordinator_choice_options(f):
                         help="Join an existing coordinator; never start one.")(f)
 
 
+def gzip_option(f):
+    return click.option("--gzip/--no-gzip", envvar="DMTCP_GZIP", default=False,
+                        help="Compress the memory pages of this tree's images (zstd, on every "
+                        "core, after the program runs again) [env DMTCP_GZIP=1; default: no].")(f)
+
+
 def run(name: str, command: click.Command, args: list[str] | None = None) -> int:
     """Run a click command; every failure is one line on stderr.  Returns
     the exit code."""

@@ -19,6 +19,7 @@ from dmtcp_py.cli.common import (
     coordinator_choice_options,
     ensure_coordinator,
     exit_code,
+    gzip_option,
     run,
 )
 from dmtcp_py.client import resolve_token
@@ -52,10 +53,11 @@ def resolve_program(prog: str) -> str:
 @click.option("-i", "--interval", type=click.FloatRange(min=0), default=None,
               envvar="DMTCP_CHECKPOINT_INTERVAL", metavar="SECONDS",
               help="Checkpoint interval of a coordinator started here.")
+@gzip_option
 @click.version_option(__version__, "--version")
 @click.argument("program")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def cli(coord_host, coord_port, join, new_coordinator, ckptdir, interval, program, args):
+def cli(coord_host, coord_port, join, new_coordinator, ckptdir, interval, gzip, program, args):
     """Run PROGRAM with ARGS under checkpoint control.
 
     Starts a coordinator on this host when none answers (unless --join).
@@ -73,7 +75,7 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, interval, progra
     logs.setup(f"agent-{tree_id}")
     cfg = AgentConfig(coord_host=coord_host, coord_port=port, token=resolve_token(port),
                       ckptdir=Path(chosen).resolve() if chosen else None, tree_id=tree_id, program=os.path.basename(program),
-                      argv=[program, *args], path=path)
+                      argv=[program, *args], path=path, compress=gzip)
     return exit_code(asyncio.run(Agent(cfg).run()))
 
 

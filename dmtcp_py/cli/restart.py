@@ -18,6 +18,7 @@ from dmtcp_py.cli.common import (
     coordinator_choice_options,
     ensure_coordinator,
     exit_code,
+    gzip_option,
     run,
 )
 from dmtcp_py.client import resolve_token
@@ -31,9 +32,10 @@ from dmtcp_py.images import manifest
 @coordinator_choice_options
 @click.option("--ckptdir", metavar="DIR",
               help="Where the next checkpoints go [default: next to each image].")
+@gzip_option
 @click.version_option(__version__, "--version")
 @click.argument("images", nargs=-1, required=True, metavar="IMAGE...")
-def cli(coord_host, coord_port, join, new_coordinator, ckptdir, images):
+def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, images):
     """Restart the trees in the ckpt_*.dmtcp IMAGEs of one computation."""
     loaded = [(Path(i).resolve(), manifest.load(Path(i))) for i in images]
     comps = {m.comp_id for _, m in loaded}
@@ -55,7 +57,7 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, images):
         return AgentConfig(coord_host=coord_host, coord_port=port, token=token,
                            ckptdir=Path(ckptdir).resolve() if ckptdir else image.parent,
                            tree_id=m.tree_id, program=m.program, argv=m.argv,
-                           image=image, manifest=m)
+                           image=image, manifest=m, compress=gzip)
 
     if len(loaded) == 1:
         return _agent(config(*loaded[0]))

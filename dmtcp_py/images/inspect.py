@@ -75,7 +75,7 @@ def describe(directory: Path) -> dict:
         "computation": m.comp_id, "tree": m.tree_id, "generation": m.generation,
         "time": m.time, "time_text": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(m.time)),
         "trees_in_generation": m.num_trees, "criu_version": m.criu_version,
-        "bytes": m.total_bytes, "memory_bytes": pages,
+        "bytes": m.total_bytes, "memory_bytes": pages, "compression": m.compression or None,
         "processes": _processes(directory, m),
         "sockets": _sockets(m),
         "files": _files(directory),
@@ -101,7 +101,8 @@ def text(info: dict) -> list[str]:
         f"  computation  {info['computation']}, tree {info['tree']}, generation "
         f"{info['generation']} of {info['trees_in_generation']} trees",
         f"  taken        {info['time_text']}",
-        f"  size         {info['bytes']} bytes ({info['memory_bytes']} of memory pages), "
+        f"  size         {info['bytes']} bytes ({info['memory_bytes']} of memory pages"
+        + (f", {info['compression']}" if info["compression"] else "") + f"), "
         f"CRIU {info['criu_version']}",
         f"  processes    {len(procs)}, threads {sum(p['threads'] for p in procs)} "
         "(not counting the checkpoint threads)",

@@ -42,6 +42,7 @@ class Manifest:
     sockets: list[dict] = field(default_factory=list)  # see agent.network
     link_remaps: list[dict] = field(default_factory=list)  # see shared_files.relink
     temp_files: dict = field(default_factory=dict)  # see images.temp_files
+    compression: str = ""       # "zstd": pages-*.img.zst (see images.compress)
     format: int = FORMAT
 
     @property
@@ -55,6 +56,20 @@ class Manifest:
             f.flush()
             os.fsync(f.fileno())
         os.chmod(path, 0o600)
+
+
+def rewrite(directory: Path, **changes) -> None:
+    """Change fields of a written manifest (after the image files changed)."""
+    path = directory / MANIFEST
+    raw = json.loads(path.read_text())
+    raw.update(changes)
+    tmp = directory / f".{MANIFEST}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(raw, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def load(directory: Path) -> Manifest:
