@@ -9,17 +9,22 @@ Only the pages-*.img files hold bulk data; CRIU's other image files are
 small protobuf records and stay as they are, readable by dmtcp-inspect.
 Compression runs after the program is running again, before the images
 are fsynced and published, so it costs no stop time.  At restart the pages
-are decompressed into a hidden directory beside the image (the other files
-hard-linked there), CRIU restores from it, and it is removed.
+are decompressed, several files at once, into a hidden directory with the
+image's other files: in /dev/shm when memory has room for it twice over
+(the restored program needs as much), else beside the image; CRIU restores
+from it, and it is removed.  Written to the disk instead, the decompressed
+copy made a restart about three times slower here.
 """
 from __future__ import annotations
 
 import os
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
 import zstandard
 
 from dmtcp_py.errors import ImageError
@@ -45,6 +50,26 @@ def compress(directory: Path) -> bool:
     return done
 
 
+def _view_parent(directory: Path, packed: list[Path]) -> Path:
+    """/dev/shm if memory has room for the decompressed pages twice over."""
+    guess = 4 * sum(p.stat().st_size for p in packed)  # what zstd level 1 typically saves
+    try:
+        if psutil.virtual_memory().available > 2 * guess and os.path.isdir("/dev/shm"):
+            return Path("/dev/shm")
+    except OSError:
+        pass
+    return directory.parent
+
+
+def _decompress(src: Path, target: Path) -> None:
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with open(src, "rb") as f, os.fdopen(fd, "wb") as dst:
+            zstandard.ZstdDecompressor().copy_stream(f, dst, read_size=CHUNK, write_size=CHUNK)
+    except zstandard.ZstdError as exc:
+        raise ImageError(f"{src} is corrupt: {exc}") from None
+
+
 @contextmanager
 def readable(directory: Path) -> Iterator[Path]:
     """A directory CRIU can restore from: the image itself, or a view of it
@@ -53,27 +78,21 @@ def readable(directory: Path) -> Iterator[Path]:
     if not packed:
         yield directory
         return
-    view = directory.parent / f".{directory.name}.restore-{os.getpid()}"
+    view = _view_parent(directory, packed) / f".{directory.name}.restore-{os.getpid()}"
     shutil.rmtree(view, ignore_errors=True)
     view.mkdir(mode=0o700)
     try:
-        decompressor = zstandard.ZstdDecompressor()
         for entry in directory.iterdir():
-            if not entry.is_file():
-                continue
-            if entry.name.endswith(SUFFIX) and entry.name.startswith("pages-"):
-                target = view / entry.name[:-len(SUFFIX)]
-                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                try:
-                    with open(entry, "rb") as src, os.fdopen(fd, "wb") as dst:
-                        decompressor.copy_stream(src, dst, read_size=CHUNK, write_size=CHUNK)
-                except zstandard.ZstdError as exc:
-                    raise ImageError(f"{entry} is corrupt: {exc}") from None
-            else:
+            if entry.is_file() and entry not in packed:
                 try:
                     os.link(entry, view / entry.name)
-                except OSError:
+                except OSError:  # another file system
                     shutil.copy2(entry, view / entry.name)
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            # zstd lets go of the GIL: one file per core at once
+            jobs = [pool.submit(_decompress, p, view / p.name[:-len(SUFFIX)]) for p in packed]
+            for job in jobs:
+                job.result()
         yield view
     finally:
         shutil.rmtree(view, ignore_errors=True)
