@@ -38,8 +38,18 @@ class CoordinatorClient:
             raise UserError(f"coordinator at {host}:{port} refused us: {welcome['error']}")
 
     def request(self, message: dict) -> dict:
+        self._send(message)
+        return self._next()
+
+    def _send(self, message: dict) -> None:
         try:
             self.sock.sendall(codec.encode(message))
+        except OSError as exc:
+            raise CoordinatorUnreachable(
+                f"lost the coordinator at {self.host}:{self.port}: {exc}") from None
+
+    def _next(self) -> dict:
+        try:
             while not self._pending:
                 data = self.sock.recv(65536)
                 if not data:
@@ -60,6 +70,16 @@ class CoordinatorClient:
         except messages.MessageError as exc:
             raise CoordinatorUnreachable(
                 f"{self.host}:{self.port} is not a dmtcp coordinator ({exc})") from None
+
+    def command_watching(self, cmd: str, on_progress, **fields) -> dict:
+        """A command whose answer may be preceded by progress messages, each
+        given to on_progress."""
+        self._send(messages.make("command", cmd=cmd, progress=True, **fields))
+        while True:
+            message = self._next()
+            if message["type"] != "progress":
+                return message
+            on_progress(message)
 
     def command(self, cmd: str, **fields) -> dict:
         return self.request(messages.make("command", cmd=cmd, **fields))

@@ -32,6 +32,7 @@ log = logging.getLogger("agent")
 JOIN_TIMEOUT = 10.0
 SHIM_TIMEOUT = 10.0
 COMMIT_TIMEOUT = 30.0  # a stopped tree's agent waits this long for the commit   # a process that does not answer its agent in this time is stuck
+PROGRESS_EVERY = 0.25  # seconds between progress reports while CRIU writes
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -427,12 +428,14 @@ class Agent:
             io = stdio.describe()
             external = stdio.external_ids(io)
             self.tree.hold_reaping = True
+            ticker = asyncio.create_task(self._report_progress(generation, partial, procs))
             try:
                 await loop.run_in_executor(None, lambda: criu_driver.dump(
                     self.tree.root_pid, partial, log_path, leave_running=not stop,
                     external=external))
             finally:
                 self.tree.hold_reaping = False
+                ticker.cancel()
             # the program's threads are still stopped (they go on at
             # RUNNING): the mapped files are as the dumped memory sees them
             pids = [p.pid for p in procs]
@@ -472,5 +475,23 @@ class Agent:
         # dumped (commit)
         self._commit.clear()
         self._to_publish = (generation, partial, final)
+        self._send(messages.make("progress", generation=generation, written=m.total_bytes,
+                                 expected=m.total_bytes))
         return {"path": str(final), "host": hostname(), "tree_id": cfg.tree_id,
-                "program": cfg.program, "bytes": m.total_bytes, "duration": duration}
+                "program": cfg.program, "bytes": m.total_bytes, "duration": duration,
+                "processes": len(parked)}
+
+    async def _report_progress(self, generation: int, partial: Path, procs) -> None:
+        """While CRIU writes: bytes in the partial directory, of about the
+        tree's resident memory, every quarter of a second."""
+        expected = 0
+        for proc in procs:
+            try:
+                expected += proc.memory_info().rss
+            except psutil.Error:
+                pass
+        while True:
+            written = store.directory_bytes(partial)
+            self._send(messages.make("progress", generation=generation, written=written,
+                                     expected=max(expected, written)))
+            await asyncio.sleep(PROGRESS_EVERY)

@@ -42,7 +42,14 @@ def cli(coord_host, coord_port, action, interval, as_json):
         if action in ("status", "list"):
             reply = client.command(action)
             return _print_status(reply, coord_host, coord_port, as_json, listing=action == "list")
-        if action in ("checkpoint", "bcheckpoint", "kcheckpoint"):
+        if blocking and sys.stderr.isatty():
+            meter = ProgressLine(sys.stderr)
+            try:
+                reply = client.command_watching("checkpoint", meter.show, blocking=True,
+                                                stop=action == "kcheckpoint")
+            finally:
+                meter.close()
+        elif action in ("checkpoint", "bcheckpoint", "kcheckpoint"):
             reply = client.command("checkpoint", blocking=blocking, stop=action == "kcheckpoint")
         elif action == "interval":
             reply = client.command("interval", seconds=interval)
@@ -52,6 +59,7 @@ def cli(coord_host, coord_port, action, interval, as_json):
         raise UserError(reply.get("error") or f"{action} failed")
     if blocking:
         click.echo(f"checkpoint {reply['generation']} done: {reply['trees']} trees, "
+                   f"{reply.get('processes', 0)} processes, "
                    f"{reply['bytes']} bytes, {reply['duration']:.3f} s"
                    + (", computation stopped" if action == "kcheckpoint" else ""))
     elif action == "checkpoint":
@@ -86,6 +94,28 @@ def _print_status(reply: dict, host: str, port: int, as_json: bool, listing: boo
                       for c in t.get("external", [])]
     click.echo("\n".join(lines))
     return 0
+
+
+class ProgressLine:
+    """One line on a terminal, redrawn: image bytes written of the expected."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.shown = False
+
+    def show(self, note: dict) -> None:
+        mib = 1 << 20
+        written, expected = note["written"], max(note["expected"], 1)
+        self.stream.write(f"\rcheckpoint {note['generation']}: {written / mib:.1f} of "
+                          f"{expected / mib:.1f} MiB written ({min(100, 100 * written // expected)}%)"
+                          f", {note.get('reporting', 0)} of {note.get('trees', 0)} trees\x1b[K")
+        self.stream.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            self.stream.write("\n")
+            self.stream.flush()
 
 
 def main() -> None:

@@ -74,6 +74,8 @@ class Round:
     expected: int = 0  # restart: trees that must join before the first barrier
     stop: bool = False
     waiters: list[int] = field(default_factory=list)
+    watchers: list[int] = field(default_factory=list)  # waiters that asked for progress
+    progress: dict[int, tuple[int, int]] = field(default_factory=dict)  # agent -> written, expected
     errors: list[str] = field(default_factory=list)
     images: dict[int, dict] = field(default_factory=dict)
     # A checkpoint's trees resume (RUNNING) once every tree is dumped; each
@@ -183,6 +185,8 @@ class CoordinatorMachine:
             return self._reached(agent, msg, now)
         if msg["type"] == "published":
             return self._published(agent, msg, now)
+        if msg["type"] == "progress":
+            return self._progress(agent, msg)
         if msg["type"] == "sockets":
             rnd = self.round
             if rnd is None or agent_id not in rnd.participants:
@@ -219,6 +223,19 @@ class CoordinatorMachine:
             rnd.images[agent.agent_id] = dict(msg.get("image") or {})
         return self._maybe_advance(now)
 
+    def _progress(self, agent: Agent, msg: dict) -> list:
+        rnd = self.round
+        if rnd is None or rnd.kind != "checkpoint" or msg["generation"] != rnd.generation \
+                or agent.agent_id not in rnd.participants:
+            return []
+        rnd.progress[agent.agent_id] = (max(0, msg["written"]), max(0, msg["expected"]))
+        written = sum(w for w, _ in rnd.progress.values())
+        expected = sum(e for _, e in rnd.progress.values())
+        note = messages.make("progress", generation=rnd.generation, written=written,
+                             expected=expected, trees=len(rnd.participants),
+                             reporting=len(rnd.progress))
+        return [ReplyClient(c, note) for c in rnd.watchers]
+
     def _published(self, agent: Agent, msg: dict, now: float) -> list:
         rnd = self.round
         if rnd is None or rnd.kind != "checkpoint" or msg["generation"] != rnd.generation \
@@ -232,13 +249,16 @@ class CoordinatorMachine:
     # ---- commands ----------------------------------------------------------
 
     def request_checkpoint(self, client_id: int | None, now: float, *,
-                           blocking: bool = False, stop: bool = False) -> list:
+                           blocking: bool = False, stop: bool = False,
+                           progress: bool = False) -> list:
         actions: list = []
         if self.round is not None:
             if self.round.kind == "restart":
                 return self._reply(client_id, False, error="a restart is in progress")
             if blocking and client_id is not None:
                 self.round.waiters.append(client_id)
+                if progress:
+                    self.round.watchers.append(client_id)
                 return []
             return self._reply(client_id, True, note="a checkpoint is already in progress")
         if not self.agents:
@@ -249,6 +269,8 @@ class CoordinatorMachine:
         self.round = rnd
         if blocking and client_id is not None:
             rnd.waiters.append(client_id)
+            if progress:
+                rnd.watchers.append(client_id)
         elif client_id is not None:
             actions += self._reply(client_id, True, generation=rnd.generation)
         actions.append(Notice(f"checkpoint {rnd.generation}: {len(rnd.participants)} trees"))
@@ -356,6 +378,7 @@ class CoordinatorMachine:
             "ok": ok,
             "duration": round(now - rnd.started, 6),
             "bytes": sum(int(i.get("bytes", 0)) for i in rnd.images.values()),
+            "processes": sum(int(i.get("processes", 0)) for i in rnd.images.values()),
             "trees": len(rnd.images) if rnd.kind == "checkpoint" else len(rnd.participants),
             "error": "; ".join(rnd.errors) or None,
         }

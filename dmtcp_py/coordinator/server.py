@@ -106,7 +106,8 @@ class CoordinatorServer:
                 "reply", ok=True, trees=m.listing(), **m.status()))])
         elif cmd == "checkpoint":
             self.apply(m.request_checkpoint(client_id, now, blocking=bool(msg.get("blocking")),
-                                            stop=bool(msg.get("stop"))))
+                                            stop=bool(msg.get("stop")),
+                                            progress=bool(msg.get("progress"))))
         elif cmd == "kill":
             self.apply(m.kill(client_id))
         elif cmd == "quit":

@@ -69,6 +69,23 @@ def file_sizes(partial: Path) -> dict[str, int]:
     return sizes
 
 
+def directory_bytes(directory: Path) -> int:
+    """Bytes in the files of a directory that is being written (files may
+    come and go meanwhile)."""
+    total = 0
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            if entry.is_file(follow_symlinks=False):
+                total += entry.stat(follow_symlinks=False).st_size
+        except OSError:
+            pass
+    return total
+
+
 def publish(partial: Path, final: Path) -> list[Path]:
     """Give partial (complete, manifest written) the name final, atomically.
 

@@ -22,6 +22,9 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "sockets": {"generation": int, "endpoints": list},
     "publish": {"key": str, "value": str},
     "lookup": {"key": str},
+    # agent -> coordinator -> waiting clients that asked for it: image bytes
+    # written so far, of about this many (the tree's resident memory)
+    "progress": {"generation": int, "written": int, "expected": int},
     # agent <-> agent, through the coordinator
     "relay": {"conn": str, "data": str},
     # coordinator -> agent

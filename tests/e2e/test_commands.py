@@ -2,6 +2,8 @@
 coordinator, the console."""
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 
 from tests.e2e.harness import TIMEOUT, last_tick, tool, wait_for
@@ -113,3 +115,43 @@ def test_coordinator_exit_after_ckpt(tmp_path, programs, no_strays):
     assert proc.wait(timeout=TIMEOUT) == 0
     assert coordinator.wait(timeout=TIMEOUT) == 0
     assert len(list(tmp_path.glob("ckpt_counter_single_*.dmtcp"))) == 1
+
+
+def _read_terminal(master: int) -> str:
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:  # EIO: the other side is closed
+            break
+        if not data:
+            break
+        chunks.append(data)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_bcheckpoint_on_a_terminal_shows_progress_and_a_summary(comp, programs):
+    proc, out = comp.launch(*programs["pipe_counter"], "100000", "10")
+    comp.wait_peers(2)
+    master, slave = os.openpty()
+    try:
+        res = subprocess.run([tool("dmtcp-command"), "-p", str(comp.port), "-bc"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave,
+                             text=True, timeout=TIMEOUT)
+        os.close(slave)
+        slave = -1
+        shown = _read_terminal(master)
+    finally:
+        if slave >= 0:
+            os.close(slave)
+        os.close(master)
+    assert res.returncode == 0, shown
+    # the last redraw says everything is written, by the one tree
+    assert re.search(r"checkpoint 1: [0-9.]+ of [0-9.]+ MiB written \(100%\), 1 of 1 trees",
+                     shown), shown
+    assert re.fullmatch(r"checkpoint 1 done: 1 trees, 2 processes, \d+ bytes, [0-9.]+ s\n",
+                        res.stdout), res.stdout
+    # not on a terminal: the summary alone
+    plain = comp.command("-bc")
+    assert plain.stderr == "" and plain.stdout.startswith("checkpoint 2 done: 1 trees, 2 processes")
+    comp.kill_and_wait(proc)

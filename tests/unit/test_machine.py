@@ -194,7 +194,7 @@ def test_blocking_checkpoint_through_every_barrier(n):
     reply = only_reply(sim.log, CLIENT)
     assert reply == {"v": 1, "type": "reply", "ok": True, "kind": "checkpoint", "generation": 1,
                      "duration": 3.25, "bytes": sum(100 + a for a in ids), "trees": n,
-                     "error": None}
+                     "processes": 0, "error": None}
     assert sim.m.generation == 1
     assert sim.m.round is None
     assert sim.m.last_checkpoint == {k: v for k, v in reply.items() if k not in ("v", "type")}
@@ -204,6 +204,22 @@ def test_blocking_checkpoint_through_every_barrier(n):
     assert status["running"] and status["state"] == "RUNNING" and status["generation"] == 1
     assert {row["state"] for row in sim.m.listing()} == {"RUNNING"}
     assert any("checkpoint 1 done" in a.text for a in of_type(actions, Notice))
+
+
+def test_progress_goes_to_the_waiters_that_asked_for_it_summed_over_trees():
+    sim = Sim(2)
+    a, b = sorted(sim.m.agents)
+    sim.checkpoint(CLIENT, blocking=True, progress=True)
+    sim.checkpoint(OTHER_CLIENT, blocking=True)  # waits, but asked for no progress
+    sim.advance_to(State.CHECKPOINTED)
+    note = messages.make("progress", generation=1, written=10, expected=100)
+    first = sim.send(a, note)
+    assert [r.client_id for r in of_type(first, ReplyClient)] == [CLIENT]
+    second = sim.send(b, {**note, "written": 5, "expected": 50})
+    shown = messages.validate(of_type(second, ReplyClient)[0].message)
+    assert (shown["written"], shown["expected"], shown["reporting"], shown["trees"]) == (15, 150, 2, 2)
+    # a report of another generation, or from no participant, is dropped
+    assert sim.send(a, {**note, "generation": 7}) == []
 
 
 def test_generation_increments_per_checkpoint():

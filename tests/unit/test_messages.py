@@ -14,6 +14,7 @@ VALID = {
     "peers": {"count": 2, "procs": [[1, "a"], [2, "b"]]},
     "reached": {"state": "SUSPENDED", "ok": True},
     "published": {"generation": 1, "ok": True},
+    "progress": {"generation": 1, "written": 10, "expected": 100},
     "sockets": {"generation": 1, "endpoints": [{"local": "tcp:a", "peer": "tcp:b"}]},
     "publish": {"key": "k", "value": "198.18.0.1:5"},
     "lookup": {"key": "k"},
