@@ -32,3 +32,6 @@ if ! .venv/bin/python -c 'import pycriu.rpc_pb2' 2>/dev/null; then
 fi
 
 make -s -C hijack
+# DMTCP's C API for programs that talk to the checkpointer
+cmp -s hijack/include/dmtcp.h /usr/local/include/dmtcp.h \
+    || install -D -m 0644 hijack/include/dmtcp.h /usr/local/include/dmtcp.h

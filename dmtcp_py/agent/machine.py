@@ -17,6 +17,8 @@ import enum
 from dataclasses import dataclass, field
 
 from dmtcp_py.protocol import messages
+
+RESUME_RESTORED = 1 << 32  # as hijack/include/dmtcp_record.h says
 from dmtcp_py.protocol.states import State, TransitionError, check_transition, parse
 
 
@@ -65,10 +67,15 @@ class AgentMachine:
     running: bool = field(init=False)
     pending_generation: int | None = None  # dumped, waiting for the commit
     stopped_by_checkpoint: bool = False
+    # what the processes are told when released: the generation they belong
+    # to, and whether this release ends a restart (their hooks differ)
+    generation: int = 0
+    restored_pending: bool = field(init=False)
 
     def __post_init__(self) -> None:
         self.state = State.RESTARTING if self.restarting else State.RUNNING
         self.running = not self.restarting
+        self.restored_pending = self.restarting
 
     # ---- barriers ------------------------------------------------------------
 
@@ -119,6 +126,17 @@ class AgentMachine:
             return None
         self.pending_generation = None
         return Verdict.PUBLISH if msg["ok"] else Verdict.DISCARD
+
+    def resume_arg(self, barrier: Barrier | None = None) -> int:
+        """RESUME's argument: the generation, | RESUME_RESTORED when this
+        release ends a restart (once; a late process after it is told the
+        same generation, as a checkpoint)."""
+        if barrier is not None:
+            self.generation = barrier.generation
+        arg = self.generation | (RESUME_RESTORED if self.restored_pending else 0)
+        if barrier is not None:
+            self.restored_pending = False
+        return arg
 
     def owes_resume(self, suspended: bool) -> bool:
         """A process connected (again) and says whether it is suspended."""

@@ -85,7 +85,9 @@ class Agent:
         self.tree = Tree()
         name = cfg.manifest.agent_socket if cfg.manifest else f"dmtcp-agent-{cfg.tree_id}"
         self.shims = ShimLink(name, on_change=self._peers_changed,
-                              owes_resume=lambda suspended: self.machine.owes_resume(suspended))
+                              owes_resume=lambda suspended: self.machine.owes_resume(suspended),
+                              resume_arg=lambda: self.machine.resume_arg(),
+                              on_ckpt_request=self._ckpt_requested)
         self.net = Network(self.shims, self._send)
         self.machine = AgentMachine(restarting=cfg.manifest is not None)
         self.comp_id = ""
@@ -210,6 +212,9 @@ class Agent:
                     asyncio.create_task(self._barrier_in_turn(msg))
                 elif msg["type"] == "commit":
                     self._on_commit(msg)
+                elif msg["type"] == "generation_done":
+                    arg = msg["generation"] | (0 if msg["ok"] else shimlink.DONE_FAILED)
+                    asyncio.create_task(self.shims.tell_all(shimlink.DONE, arg))
                 elif self.net.on_message(msg):
                     pass
                 elif msg["type"] == "kill":
@@ -230,6 +235,10 @@ class Agent:
                 log.exception("agent failure at barrier %s", msg.get("state"))
                 self._send(messages.make("reached", state=msg["state"], ok=False,
                                          error="internal error of the agent (see its log)"))
+
+    def _ckpt_requested(self, pid: int) -> None:
+        log.info("pid %d asked for a checkpoint (dmtcp_checkpoint)", pid)
+        self._send(messages.make("ckpt_request"))
 
     def _peers_changed(self) -> None:
         procs = []
@@ -259,6 +268,9 @@ class Agent:
         # `ssh HOST CMD` from the tree: the shim runs this instead (dmtcp_py.ssh),
         # which starts CMD on HOST under this computation with the token
         env["DMTCP_SSH_WRAPPER"] = tool("dmtcp-ssh")
+        # `import dmtcp` for Python programs (hijack/python/dmtcp.py), after theirs
+        api_dir = str(shim_library().parent.parent / "python")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), api_dir) if p)
         env["DMTCP_COORD_TOKEN"] = cfg.token
         init = str(tree_init())
         try:
@@ -363,7 +375,8 @@ class Agent:
             except Exception as exc:
                 log.exception("refill failed")
                 return f"refilling the network connections failed: {exc!r}"
-        await self.shims.request_all(shimlink.RESUME, shimlink.RESUMED, SHIM_TIMEOUT)
+        await self.shims.request_all(shimlink.RESUME, shimlink.RESUMED, SHIM_TIMEOUT,
+                                     arg=self.machine.resume_arg(barrier))
         return None
 
     def _on_commit(self, msg: dict) -> None:

@@ -21,7 +21,9 @@ RECORD = struct.Struct("=IHHiiQ")
 MAGIC = 0x444D5443
 VERSION = 1
 (HELLO, SUSPEND, SUSPENDED, CHECKPOINT, READY, RESUME, RESUMED, ELECT, ELECTED,
- PARK, PARKED_FD, PARKED, UNPARK_FD, UNPARK, UNPARKED) = range(1, 16)
+ PARK, PARKED_FD, PARKED, UNPARK_FD, UNPARK, UNPARKED, CKPT_REQUEST, CKPT_REQUESTED,
+ DONE) = range(1, 19)
+DONE_FAILED = 1 << 32
 PARK_LEADER = 1 << 32
 PARK_MAX = 16384
 _FD_SPACE = socket.CMSG_SPACE(4 * array.array("i").itemsize)
@@ -105,7 +107,9 @@ async def _send(sock: socket.socket, data: bytes, passed: int | None = None) -> 
 
 class ShimLink:
     def __init__(self, name: str, on_change: Callable[[], None] = lambda: None,
-                 owes_resume: Callable[[bool], bool] = lambda suspended: False) -> None:
+                 owes_resume: Callable[[bool], bool] = lambda suspended: False,
+                 resume_arg: Callable[[], int] = lambda: 0,
+                 on_ckpt_request: Callable[[int], None] = lambda pid: None) -> None:
         self.name = name
         self.shims: set[Shim] = set()
         self._on_change = on_change
@@ -115,6 +119,8 @@ class ShimLink:
         # a process that says hello while still suspended may be owed a
         # RESUME at once (the agent's machine decides)
         self._owes_resume = owes_resume
+        self._resume_arg = resume_arg            # what a RESUME tells the process
+        self._on_ckpt_request = on_ckpt_request  # a program's dmtcp_checkpoint()
 
     @property
     def address(self) -> str:
@@ -170,12 +176,23 @@ class ShimLink:
                     continue
                 if passed is not None:
                     os.close(passed)
+                if type_ == CKPT_REQUEST and shim not in self.shims:
+                    # dmtcp_checkpoint(): answer, and ask only once this
+                    # connection is gone (it must not be in the dump)
+                    await _send(sock, pack(CKPT_REQUESTED, 0))
+                    try:
+                        while True:
+                            await _recv_record(sock)
+                    except (ConnectionError, OSError):
+                        pass
+                    self._on_ckpt_request(pid)
+                    return
                 if type_ == HELLO:
                     self.shims.add(shim)
                     self._notify()
                     if self._owes_resume(bool(arg)):
                         log.warning("pid %d came back suspended after the checkpoint; resuming it", pid)
-                        await _send(sock, pack(RESUME))
+                        await _send(sock, pack(RESUME, self._resume_arg()))
                 else:
                     if type_ == SUSPENDED and arg:
                         log.warning("pid %d: %d threads would not stop", pid, arg)
@@ -213,14 +230,22 @@ class ShimLink:
                 pass
         return got[1]
 
+    async def tell_all(self, record: int, arg: int = 0) -> None:
+        """A record every connected process takes without answering."""
+        for shim in list(self.shims):
+            try:
+                await _send(shim.sock, pack(record, arg))
+            except OSError:
+                pass  # gone: its connection's end removes it
+
     async def request_all(self, request: int, answer: int, timeout: float,
-                          *, then_eof: bool = False) -> list[int]:
+                          *, then_eof: bool = False, arg: int = 0) -> list[int]:
         """Ask every connected shim; return the pids that did not answer.
         A process that exits meanwhile is simply gone, not a failure."""
         shims = list(self.shims)
         if not shims:
             return []
-        tasks = [asyncio.ensure_future(self._ask(s, pack(request), answer, then_eof=then_eof))
+        tasks = [asyncio.ensure_future(self._ask(s, pack(request, arg), answer, then_eof=then_eof))
                  for s in shims]
         done, pending = await asyncio.wait(tasks, timeout=timeout)
         for task in pending:

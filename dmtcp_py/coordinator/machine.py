@@ -187,6 +187,10 @@ class CoordinatorMachine:
             return self._published(agent, msg, now)
         if msg["type"] == "progress":
             return self._progress(agent, msg)
+        if msg["type"] == "ckpt_request":
+            # as a console `c`: joins a checkpoint already under way
+            return [Notice(f"{agent.label()}: the program asked for a checkpoint"),
+                    *self.request_checkpoint(None, now)]
         if msg["type"] == "sockets":
             rnd = self.round
             if rnd is None or agent_id not in rnd.participants:
@@ -395,6 +399,9 @@ class CoordinatorMachine:
                                   + ("done" if ok else f"FAILED: {info['error']}")))
         for client in rnd.waiters:
             actions.append(ReplyClient(client, messages.make("reply", **info)))
+        if rnd.kind == "checkpoint":  # processes waiting in dmtcp_checkpoint()
+            done = messages.make("generation_done", generation=rnd.generation, ok=ok)
+            actions += [SendAgent(a, done) for a in sorted(rnd.participants) if a in self.agents]
         if rnd.kind == "checkpoint" and ok and self.exit_after_ckpt:
             actions.append(Shutdown("exit after checkpoint"))
         elif not self.agents and self.exit_on_last and self._ever_had_agents:

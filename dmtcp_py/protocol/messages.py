@@ -22,6 +22,8 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "sockets": {"generation": int, "endpoints": list},
     "publish": {"key": str, "value": str},
     "lookup": {"key": str},
+    # a program under control asked for a checkpoint (dmtcp_checkpoint())
+    "ckpt_request": {},
     # agent -> coordinator -> waiting clients that asked for it: image bytes
     # written so far, of about this many (the tree's resident memory)
     "progress": {"generation": int, "written": int, "expected": int},
@@ -32,6 +34,8 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "kill": {},
     "matched": {"generation": int, "peers": dict},
     "commit": {"generation": int, "ok": bool},
+    # a checkpoint round ended: every image published (ok), or it failed
+    "generation_done": {"generation": int, "ok": bool},
     "found": {"key": str, "value": str},
     # client -> coordinator
     "command": {"cmd": str},

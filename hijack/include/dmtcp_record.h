@@ -29,7 +29,17 @@
  *                             parked fds that got no socket: they keep
  *                             /dev/null)
  *   agent -> RESUME           shim restores socket owners, releases its
- *                             threads, answers RESUMED
+ *                             threads, answers RESUMED; arg: the
+ *                             generation, | DMTCP_RESUME_RESTORED after a
+ *                             restart (then the program's hooks run)
+ *
+ *   agent -> DONE             the generation is complete (or failed): see
+ *                             DMTCP_DONE_FAILED; no answer
+ *
+ * A program's dmtcp_checkpoint() opens a connection of its own:
+ *   shim  -> CKPT_REQUEST     agent answers CKPT_REQUESTED (arg 0: will
+ *                             ask), waits for the close, then asks the
+ *                             coordinator for a checkpoint
  *
  * HELLO's arg is 1 when the process is still suspended (it reconnects after
  * a dump or a restore): the agent then owes it a RESUME.
@@ -65,7 +75,17 @@ enum dmtcp_record_type {
     DMTCP_REC_UNPARK_FD = 13,
     DMTCP_REC_UNPARK = 14,
     DMTCP_REC_UNPARKED = 15,
+    DMTCP_REC_CKPT_REQUEST = 16,
+    DMTCP_REC_CKPT_REQUESTED = 17,
+    DMTCP_REC_DONE = 18,
 };
+
+/* DONE's arg (agent -> shim, no answer): the generation whose images are
+ * all published, | DMTCP_DONE_FAILED if it failed instead */
+#define DMTCP_DONE_FAILED (1ull << 32)
+
+/* RESUME's arg: the generation in the low 32 bits, then this flag */
+#define DMTCP_RESUME_RESTORED (1ull << 32)
 
 /* PARKED_FD's arg: the fd number in the low 32 bits, then these flags */
 #define DMTCP_PARK_LEADER (1ull << 32)

@@ -74,6 +74,12 @@ int real_close(int fd);
 int real_dup2(int oldfd, int newfd);
 int real_dup3(int oldfd, int newfd, int flags);
 
+/* api.c: DMTCP's public API; what the checkpoint thread tells it. */
+void api_init(void);
+void api_before_checkpoint(void);
+void api_after_resume(uint64_t arg);
+void api_generation_done(uint64_t arg);
+
 /* wrap_exec.c: remember the shim's environment (constructor). */
 void exec_env_capture(void);
 

@@ -96,6 +96,7 @@ static void serve(int fd)
         case DMTCP_REC_SUSPEND: {
             int stuck;
 
+            api_before_checkpoint(); /* hooks, critical sections: threads still run */
             fdowner_save();
             stuck = suspend_all();
             if (channel_send(fd, DMTCP_REC_SUSPENDED, (uint64_t)stuck) < 0)
@@ -137,6 +138,10 @@ static void serve(int fd)
             release_threads();
             if (channel_send(fd, DMTCP_REC_RESUMED, 0) < 0)
                 goto out;
+            api_after_resume(rec.arg); /* hooks run with the threads going */
+            break;
+        case DMTCP_REC_DONE:
+            api_generation_done(rec.arg);
             break;
         default:
             break; /* newer agent: ignore what we do not know */
@@ -212,6 +217,7 @@ __attribute__((constructor)) static void dmtcp_shim_init(void)
     if (channel_set_address(getenv(DMTCP_ENV_AGENT_SOCK)) < 0)
         return; /* not launched under an agent: stay inert */
     shim_enabled = 1;
+    api_init();
     exec_env_capture();
     suspend_init();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);

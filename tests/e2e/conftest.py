@@ -9,6 +9,7 @@ from tests.conftest import kill_descendants, need_root
 from tests.e2e.harness import Computation
 
 PROGRAMS = Path(__file__).parent / "programs"
+INCLUDE = Path(__file__).parent.parent.parent / "hijack" / "include"  # dmtcp.h
 EXAMPLES = Path(__file__).parent.parent.parent / "examples"
 
 
@@ -22,11 +23,12 @@ def programs(tmp_path_factory) -> dict[str, list[str]]:
             continue  # built with the MPI compiler wrappers (test_mpi.py)
         exe = out / src.stem
         subprocess.run(["cc", "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-pthread",
-                        "-o", str(exe), str(src)], check=True)
+                        "-I", str(INCLUDE), "-o", str(exe), str(src)], check=True)
         built[src.stem] = [str(exe)]
     built["counter_py"] = ["python3", str(PROGRAMS / "counter.py")]
     built["net_outside"] = ["python3", str(PROGRAMS / "net_outside.py")]
     built["net_udp"] = ["python3", str(PROGRAMS / "net_udp.py")]
+    built["api_user_py"] = ["python3", str(PROGRAMS / "api_user.py")]
     return built
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dmtcp_py.agent.machine import AgentMachine, Verdict, Work
+from dmtcp_py.agent.machine import RESUME_RESTORED, AgentMachine, Verdict, Work
 from dmtcp_py.coordinator.machine import (CoordinatorMachine, GenerationComplete, ReplyClient,
                                           SendAgent)
 from dmtcp_py.protocol import messages
@@ -185,3 +185,23 @@ def test_a_connection_one_end_could_not_drain_is_not_refilled_at_either_end():
     for i in (1, 2):
         refill = next(b for b in seen[i] if b.work is Work.REFILL)
         assert refill.failed_conns == frozenset({"a|b"})
+
+
+def _barrier(m: AgentMachine, state: State, generation: int):
+    barrier, refusal = m.barrier(messages.make("barrier", state=state.value, generation=generation))
+    assert refusal is None
+    return barrier
+
+
+def test_the_release_after_a_restart_says_so_once():
+    m = AgentMachine(restarting=True)
+    m.restored()
+    m.done(_barrier(m, State.REFILLED, 4))
+    running = _barrier(m, State.RUNNING, 4)
+    assert m.resume_arg(running) == 4 | RESUME_RESTORED
+    m.done(running)
+    assert m.resume_arg() == 4  # a process that comes back late: not restarted again
+    for state in (State.SUSPENDED, State.FD_LEADER_ELECTION, State.DRAINED,
+                  State.CHECKPOINTED, State.REFILLED):
+        m.done(_barrier(m, state, 5))
+    assert m.resume_arg(_barrier(m, State.RUNNING, 5)) == 5

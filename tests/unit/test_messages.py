@@ -15,6 +15,8 @@ VALID = {
     "reached": {"state": "SUSPENDED", "ok": True},
     "published": {"generation": 1, "ok": True},
     "progress": {"generation": 1, "written": 10, "expected": 100},
+    "ckpt_request": {},
+    "generation_done": {"generation": 2, "ok": True},
     "sockets": {"generation": 1, "endpoints": [{"local": "tcp:a", "peer": "tcp:b"}]},
     "publish": {"key": "k", "value": "198.18.0.1:5"},
     "lookup": {"key": "k"},
