@@ -20,6 +20,8 @@
 /* channel.c: the link to the agent, raw system calls only. */
 int channel_set_address(const char *env_value);
 int channel_connect(void);
+int channel_socket(void);
+int channel_connect_fd(int fd);
 int channel_send(int fd, uint16_t type, uint64_t arg);
 int channel_recv(int fd, struct dmtcp_record *rec);
 void channel_close(int fd);

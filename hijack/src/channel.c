@@ -59,17 +59,29 @@ static int protect_fd(int fd)
     return high;
 }
 
-int channel_connect(void)
+/* A socket for the agent link, already at the top of the fd table. */
+int channel_socket(void)
 {
     int fd = (int)syscall(SYS_socket, AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
+    return fd < 0 ? -1 : protect_fd(fd);
+}
+
+/* Connect fd (from channel_socket) to the agent; fd, or -1 with fd closed. */
+int channel_connect_fd(int fd)
+{
     if (fd < 0)
         return -1;
     if (syscall(SYS_connect, fd, &agent_addr, agent_addr_len) < 0) {
         syscall(SYS_close, fd);
         return -1;
     }
-    return protect_fd(fd);
+    return fd;
+}
+
+int channel_connect(void)
+{
+    return channel_connect_fd(channel_socket());
 }
 
 static int write_all(int fd, const void *buf, size_t len)

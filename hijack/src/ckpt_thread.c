@@ -18,6 +18,15 @@
 
 static int agent_fd = -1;   /* this process's connection, -1 when none */
 static int shim_enabled;
+/*
+ * The first connection's socket, made before the program goes on (in the
+ * constructor, in a fork child's handler): socket() reserves the lowest
+ * free fd number for a moment, and a program thread's dup2() onto that
+ * number meanwhile fails with EBUSY (MPICH's mpiexec, dup2'ing a pipe onto
+ * 1 in its child, did).  Later connections are made while the program is
+ * suspended, or after a failure.
+ */
+static int first_fd = -1;
 
 /*
  * Held while the connection is being made or dropped, and across fork()
@@ -62,7 +71,12 @@ static int connect_with_backoff(void)
         if (suspend_active() && waited >= ORPHANED_SUSPEND_MS)
             release_threads();
         pthread_mutex_lock(&conn_lock);
-        fd = channel_connect();
+        if (first_fd >= 0) {
+            fd = channel_connect_fd(first_fd);
+            first_fd = -1;
+        } else {
+            fd = channel_connect();
+        }
         if (fd >= 0)
             agent_fd = fd;
         pthread_mutex_unlock(&conn_lock);
@@ -209,6 +223,9 @@ static void atfork_child(void)
         channel_close(agent_fd);
         agent_fd = -1;
     }
+    if (first_fd >= 0)
+        channel_close(first_fd); /* the parent's, not yet used */
+    first_fd = channel_socket();
     ckpt_thread_start();
 }
 
@@ -221,5 +238,6 @@ __attribute__((constructor)) static void dmtcp_shim_init(void)
     exec_env_capture();
     suspend_init();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    first_fd = channel_socket();
     ckpt_thread_start();
 }
