@@ -7,6 +7,13 @@ from pathlib import Path
 
 from dmtcp_py.paths import run_dir
 
+_current: Path | None = None
+
+
+def current() -> str:
+    """This process's log file, for error messages that send users to it."""
+    return str(_current) if _current else "the log in $DMTCP_TMPDIR/dmtcp-<user>@<host>/"
+
 
 def setup(name: str) -> Path:
     """Send this process's log records to <run_dir>/<name>.log."""
@@ -21,4 +28,6 @@ def setup(name: str) -> Path:
     root.addHandler(handler)
     root.setLevel(getattr(logging, level, logging.INFO))
     os.chmod(path, 0o600)
+    global _current
+    _current = path
     return path

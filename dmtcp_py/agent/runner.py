@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 
+from dmtcp_py import logs
 from dmtcp_py.agent import criu_driver, shimlink, stdio
 from dmtcp_py.agent.machine import AgentMachine, Barrier, Verdict, Work
 from dmtcp_py.agent.network import Network
@@ -234,7 +235,7 @@ class Agent:
             except Exception:
                 log.exception("agent failure at barrier %s", msg.get("state"))
                 self._send(messages.make("reached", state=msg["state"], ok=False,
-                                         error="internal error of the agent (see its log)"))
+                                         error=f"internal error of the agent (see {logs.current()})"))
 
     def _ckpt_requested(self, pid: int) -> None:
         log.info("pid %d asked for a checkpoint (dmtcp_checkpoint)", pid)
@@ -331,7 +332,7 @@ class Agent:
         try:
             error = await self._work(barrier, reply)
         except Exception as exc:  # a bug of ours must not leave the tree suspended
-            error = f"internal error: {exc!r}"
+            error = f"internal error: {exc!r} (see {logs.current()})"
             log.exception("%s failed", barrier.work.value)
         log.debug("reached %s%s", barrier.target.value, f" with error: {error}" if error else "")
         self._send(self.machine.done(barrier, error, **reply))

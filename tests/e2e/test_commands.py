@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import subprocess
 
 from tests.e2e.harness import TIMEOUT, last_tick, tool, wait_for
@@ -155,3 +156,71 @@ def test_bcheckpoint_on_a_terminal_shows_progress_and_a_summary(comp, programs):
     plain = comp.command("-bc")
     assert plain.stderr == "" and plain.stdout.startswith("checkpoint 2 done: 1 trees, 2 processes")
     comp.kill_and_wait(proc)
+
+
+class Terminal:
+    """A program's stdin, stdout and stderr on a pseudo-terminal we type into."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.master, slave = os.openpty()
+        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave,
+                                     start_new_session=True)
+        os.close(slave)
+        self.seen = ""
+
+    def type(self, line: str) -> None:
+        os.write(self.master, line.encode() + b"\n")
+
+    def expect(self, pattern: str) -> re.Match:
+        """Read until pattern appears in what the program wrote since the
+        last match; a program that stops writing fails at the harness's
+        timeout."""
+        def found():
+            ready, _, _ = select.select([self.master], [], [], 0.05)
+            if ready:
+                try:
+                    self.seen += os.read(self.master, 65536).decode(errors="replace")
+                except OSError:
+                    pass
+            return re.search(pattern, self.seen)
+
+        match = wait_for(found, what=f"{pattern!r} on the terminal")
+        self.seen = self.seen[match.end():]
+        return match
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        os.close(self.master)
+
+
+def test_console_on_a_terminal_lists_checkpoints_and_quits(tmp_path, programs, no_strays):
+    port_file = tmp_path / "port"
+    term = Terminal([tool("dmtcp-coordinator"), "-p", "0", "--port-file", str(port_file),
+                     "--ckptdir", str(tmp_path)])
+    try:
+        wait_for(port_file.exists, what="the coordinator")
+        port = port_file.read_text().strip()
+        with open(tmp_path / "out", "w") as o:
+            prog = subprocess.Popen([tool("dmtcp-launch"), "--join", "-p", port,
+                                     *programs["pipe_counter"], "100000", "20"],
+                                    stdin=subprocess.DEVNULL, stdout=o, stderr=subprocess.STDOUT)
+        wait_for(lambda: subprocess.run([tool("dmtcp-command"), "-p", port, "-s", "--json"],
+                                        capture_output=True, text=True).stdout.count(
+                                            '"num_peers": 2'), what="two processes")
+        term.type("l")
+        term.expect(r"agent \d+\s+pipe_counter\s+RUNNING")
+        term.type("c")
+        term.expect(r"checkpoint 1 done")
+        term.type("s")
+        term.expect(r"GENERATION=1")
+        term.type("i 30")
+        term.expect(r"30")
+        term.type("k")
+        assert prog.wait(timeout=60) != 0
+        term.type("q")
+        assert term.proc.wait(timeout=60) == 0
+    finally:
+        term.close()
+    assert list(tmp_path.glob("ckpt_pipe_counter_*.dmtcp"))
