@@ -24,7 +24,7 @@ from dmtcp_py.agent.shimlink import ShimLink
 from dmtcp_py.agent.tree import Tree, become_subreaper
 from dmtcp_py.errors import UserError
 from dmtcp_py.images import manifest as manifest_mod
-from dmtcp_py.images import compress, shared_files, store, temp_files, written_files
+from dmtcp_py.images import compress, integrity, shared_files, store, temp_files, written_files
 from dmtcp_py.paths import hostname, run_dir, shim_library, tool, tree_init
 from dmtcp_py.protocol import codec, messages
 
@@ -402,8 +402,7 @@ class Agent:
         then tell the coordinator; old generations go last."""
         loop = asyncio.get_running_loop()
         try:
-            if self.cfg.compress:
-                await loop.run_in_executor(None, self._compress, partial)
+            await loop.run_in_executor(None, self._finish_images, partial)
             expired = await loop.run_in_executor(None, store.publish, partial, final)
         except OSError as exc:
             await loop.run_in_executor(None, store.discard, partial)
@@ -415,11 +414,14 @@ class Agent:
         self._send(messages.make("published", generation=generation, ok=True))
         await loop.run_in_executor(None, lambda: [store.discard(e) for e in expired])
 
-    @staticmethod
-    def _compress(partial: Path) -> None:
-        if compress.compress(partial):
-            manifest_mod.rewrite(partial, files=store.file_sizes(partial),
-                                 compression=compress.NAME)
+    def _finish_images(self, partial: Path) -> None:
+        """While the program runs again: compress (if asked), then the
+        checksums the restart checks, in the manifest."""
+        changes: dict = {}
+        if self.cfg.compress and compress.compress(partial):
+            changes.update(files=store.file_sizes(partial), compression=compress.NAME)
+        changes["sha256"] = integrity.digests(partial)
+        manifest_mod.rewrite(partial, **changes)
 
     async def _checkpoint(self, barrier: Barrier) -> dict:
         cfg = self.cfg

@@ -14,6 +14,7 @@ and write where the restarting command does.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import stat
 
@@ -34,7 +35,8 @@ def describe() -> dict[str, dict]:
             key = f"file[{_mnt_id(fd):x}:{st.st_ino:x}]"
         else:
             key = target
-        out[str(fd)] = {"kind": kind, "key": key, "path": target}
+        out[str(fd)] = {"kind": kind, "key": key, "path": target,
+                        "mode": stat.S_IMODE(st.st_mode)}  # CRIU checks it at restore
     return out
 
 
@@ -105,7 +107,7 @@ def prepare(stdio: dict[str, dict], relay_dir) -> Handover:
     """Match the image's stdio with ours.  Each fd passed is a duplicate
     above 2 (pycriu closes 0-2 in the criu child).  Pipes and sockets take
     any fd; a terminal goes to criu's stdin (see criu_driver); a regular file must be reopened by
-    CRIU through /proc, so for an output that is a pipe or socket here the
+    CRIU through /proc, so for an output that is anything else here the
     tree gets a file that the agent relays to it.  A stream with no
     counterpart here goes to /dev/null."""
     h = Handover()
@@ -122,8 +124,11 @@ def prepare(stdio: dict[str, dict], relay_dir) -> Handover:
             continue
         if kind is None:
             fd = os.open("/dev/null", os.O_RDWR)
-        elif desc["kind"] == "file" and kind not in ("file", "tty", "other"):
-            relay = FileRelay(relay_dir / f"stdio-{os.getpid()}-{ours}.out", ours)
+        elif desc["kind"] == "file" and kind != "file":
+            # CRIU takes a regular file only as a regular file: anything
+            # else here (a pipe, a socket, a terminal, /dev/null) is relayed
+            relay = FileRelay(relay_dir / f"stdio-{os.getpid()}-{ours}.out", ours,
+                              desc.get("mode", 0o644))
             h.relays.append(relay)
             fd = relay.writer_fd()
         else:
@@ -134,6 +139,10 @@ def prepare(stdio: dict[str, dict], relay_dir) -> Handover:
     return h
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+_KEEP_SIZE, _PUNCH_HOLE = 0x01, 0x02  # fallocate(2) modes
+
+
 class FileRelay:
     """A private temporary file the tree writes to and the agent tails into
     one of its own fds.  A regular file, because CRIU reopens and seeks
@@ -141,11 +150,12 @@ class FileRelay:
 
     POLL = 0.05
 
-    def __init__(self, path, target_fd: int) -> None:
+    def __init__(self, path, target_fd: int, mode: int = 0o644) -> None:
         self.target = target_fd
         self.read_fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0o600)
         self._write_fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         os.unlink(path)  # the tree and we hold it open; nothing else should
+        os.fchmod(self._write_fd, mode)  # the file's mode at checkpoint (CRIU checks)
         self._handle = None
 
     def writer_fd(self) -> int:
@@ -159,14 +169,20 @@ class FileRelay:
         self._handle = loop.call_later(self.POLL, self._pump, loop)
 
     def drain(self) -> None:
+        forwarded = False
         while True:
             data = os.read(self.read_fd, 1 << 16)
             if not data:
-                return
+                break
+            forwarded = True
             try:
                 os.write(self.target, data)
             except OSError:
                 pass  # our own output is gone; keep reading the tree's
+        if forwarded:  # what is forwarded takes no more room on the disk
+            done = os.lseek(self.read_fd, 0, os.SEEK_CUR)
+            _libc.fallocate(self._write_fd, _PUNCH_HOLE | _KEEP_SIZE, ctypes.c_long(0),
+                            ctypes.c_long(done))
 
     def stop(self) -> None:
         if self._handle is not None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pwd
 import sys
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from dmtcp_py.cli.common import (
 )
 from dmtcp_py.client import resolve_token
 from dmtcp_py.errors import UserError
-from dmtcp_py.images import manifest
+from dmtcp_py.images import integrity, manifest
 
 
 @click.command(context_settings=CONTEXT)
@@ -33,9 +34,11 @@ from dmtcp_py.images import manifest
 @click.option("--ckptdir", metavar="DIR",
               help="Where the next checkpoints go [default: next to each image].")
 @gzip_option
+@click.option("--any-owner", is_flag=True,
+              help="Restart images that another user owns (refused otherwise).")
 @click.version_option(__version__, "--version")
 @click.argument("images", nargs=-1, required=True, metavar="IMAGE...")
-def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, images):
+def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, any_owner, images):
     """Restart the trees in the ckpt_*.dmtcp IMAGEs of one computation."""
     loaded = [(Path(i).resolve(), manifest.load(Path(i))) for i in images]
     comps = {m.comp_id for _, m in loaded}
@@ -50,6 +53,10 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, images):
     trees = {m.tree_id for _, m in loaded}
     if len(trees) < len(loaded):
         raise UserError("the same tree is given twice")
+    for image, m in loaded:
+        if not any_owner:
+            _check_owner(image)
+        integrity.verify(image, m.sha256)  # every byte as published, before anything starts
     port = ensure_coordinator(coord_host, coord_port, join=join, new=new_coordinator)
     token = resolve_token(port)
 
@@ -80,6 +87,20 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, images):
         code = exit_code(os.waitstatus_to_exitcode(status))
         worst = worst or code
     return worst
+
+
+def _check_owner(image: Path) -> None:
+    """An image is code and data we will run: another user's is refused."""
+    me = os.geteuid()
+    for path in (image, *image.iterdir()):
+        owner = path.lstat().st_uid
+        if owner != me:
+            try:
+                name = pwd.getpwuid(owner).pw_name
+            except KeyError:
+                name = f"uid {owner}"
+            raise UserError(f"{path} belongs to {name}, not to us: not restarting it "
+                            "(--any-owner to restart it anyway)")
 
 
 def _agent(cfg: AgentConfig) -> int:

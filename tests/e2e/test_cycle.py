@@ -3,6 +3,7 @@ where it was.  Real CRIU, real processes; the programs check themselves."""
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 
 import pytest
@@ -115,6 +116,30 @@ def test_output_through_pipes(comp, programs):
     assert lines[-1].startswith(f"done {TICKS}")
     first = int(lines[0].split()[1])
     assert 1 < first <= int(launched[-1].split()[1]) + 1
+
+
+@pytest.mark.parametrize("into", ["pipe", "devnull"])
+def test_output_to_a_file_restarts_into_a_pipe_or_dev_null(comp, programs, tmp_path, into):
+    """Checkpointed writing to a file (mode 0640), restarted with its output
+    into a pipe, or thrown away: the agent relays what CRIU cannot take."""
+    cmd = [*programs["counter_single"], str(TICKS), str(INTERVAL_MS)]
+    log = tmp_path / "first.log"
+    with open(log, "w") as f:
+        os.fchmod(f.fileno(), 0o640)
+        proc = subprocess.Popen([comp_tool("dmtcp-launch"), "--join", "-p", str(comp.port),
+                                 "--ckptdir", str(comp.ckptdir), *cmd],
+                                stdin=subprocess.DEVNULL, stdout=f)
+    comp.wait_peers(1)
+    before, killed = checkpoint_and_kill(comp, proc, log)
+    out = subprocess.PIPE if into == "pipe" else subprocess.DEVNULL
+    restarted = subprocess.run([str(comp.ckptdir / "dmtcp_restart_script.sh"), "-p", str(comp.port)],
+                               stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.PIPE,
+                               text=True, timeout=TIMEOUT)
+    assert restarted.returncode == 0, restarted.stderr
+    if into == "pipe":
+        lines = restarted.stdout.splitlines()
+        assert lines[-1].startswith(f"done {TICKS}")
+        assert before < int(lines[0].split()[1]) <= killed + 1
 
 
 def comp_tool(name: str) -> str:

@@ -1,0 +1,65 @@
+"""Images are trusted only as published: every file has a sha256 in the
+manifest, checked before a restart starts anything; an image another user
+owns is refused unless --any-owner says otherwise."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from tests.e2e.harness import TIMEOUT, last_tick, tool, wait_for
+
+
+@pytest.fixture
+def image(comp, programs):
+    proc, out = comp.launch(*programs["counter_single"], "100000", "10")
+    comp.wait_peers(1)
+    wait_for(lambda: last_tick(out) >= 3, what="ticks")
+    comp.checkpoint()
+    comp.kill_and_wait(proc)
+    return comp.images()[0]
+
+
+def _restart(comp, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([tool("dmtcp-restart"), "-p", str(comp.port), *args],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=TIMEOUT)
+
+
+def test_every_file_has_a_checksum(image):
+    m = json.loads((image / "manifest.json").read_text())
+    files = {p.name for p in image.iterdir() if p.name != "manifest.json"}
+    assert set(m["sha256"]) == files and all(len(d) == 64 for d in m["sha256"].values())
+
+
+@pytest.mark.parametrize("victim", ["pages", "core"])
+def test_a_flipped_byte_is_named_and_nothing_starts(comp, image, victim):
+    target = max(image.glob(f"{victim}-*.img"), key=lambda p: p.stat().st_size)
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    target.write_bytes(bytes(data))
+    res = _restart(comp, str(image))
+    assert res.returncode != 0
+    assert res.stderr.count("\n") == 1 and target.name in res.stderr, res.stderr
+    assert res.stdout == "" and comp.status()["num_peers"] == 0
+
+
+def test_another_users_image_is_refused_unless_told(comp, image):
+    os.chown(image / "manifest.json", 65534, 65534)
+    res = _restart(comp, str(image))
+    assert res.returncode != 0 and "belongs to" in res.stderr and "--any-owner" in res.stderr
+    assert comp.status()["num_peers"] == 0
+    # told otherwise, it restarts, and the program runs under control again
+    with open(comp.root / "any-owner.err", "w") as err:
+        restarted = subprocess.Popen([tool("dmtcp-restart"), "-p", str(comp.port), "--any-owner",
+                                      str(image)], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        wait_for(lambda: comp.status()["num_peers"] == 1 or restarted.poll() is not None,
+                 what="the restored program")
+        assert restarted.poll() is None, (comp.root / "any-owner.err").read_text()
+    finally:
+        comp.command("-k", check=False)
+        restarted.wait(timeout=TIMEOUT)
