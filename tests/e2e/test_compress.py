@@ -56,6 +56,17 @@ def test_a_damaged_compressed_image_is_refused_in_one_line(comp, programs):
     for i in range(8, len(data), 7):  # same size, scrambled frames
         data[i] ^= 0x5A
     packed.write_bytes(bytes(data))
+    # the image's checksums catch it first ...
+    restarted, rout = comp.restart()
+    assert restarted.wait(timeout=TIMEOUT) != 0
+    err = restarted.err_path.read_text()
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert len(errors) == 1 and packed.name in errors[0] and "checksum" in errors[0], err
+    # ... and without them (an image from before checksums), zstd's own
+    manifest = image / "manifest.json"
+    m = json.loads(manifest.read_text())
+    del m["sha256"]
+    manifest.write_text(json.dumps(m))
     restarted, rout = comp.restart()
     assert restarted.wait(timeout=TIMEOUT) != 0
     err = restarted.err_path.read_text()
