@@ -127,6 +127,18 @@ class AgentMachine:
         self.pending_generation = None
         return Verdict.PUBLISH if msg["ok"] else Verdict.DISCARD
 
+    def abandon(self) -> bool:
+        """The coordinator is gone: a round under way ends here, the tree
+        runs again and its dumped images, if any, are dropped.  True if
+        there was a round to abandon."""
+        if self.running:
+            return False
+        self.state = State.RUNNING
+        self.running = True
+        self.pending_generation = None
+        self.stopped_by_checkpoint = False
+        return True
+
     def resume_arg(self, barrier: Barrier | None = None) -> int:
         """RESUME's argument: the generation, | RESUME_RESTORED when this
         release ends a restart (once; a late process after it is told the

@@ -211,6 +211,22 @@ class Network:
         if errors:
             raise errors[0]
 
+    async def abandon(self, timeout: float) -> None:
+        """The round is over without a coordinator: bytes drained from a
+        connection cannot go back (its peer re-sends them through the
+        coordinator), so such a connection is shut down, never left with a
+        gap in its stream; every socket goes back to its process."""
+        for ino, d in self.drained.items():
+            if d.nbytes:
+                conn = self.conns.get(ino, {}).get("conn", "?")
+                log.warning("connection %s had %d bytes in flight that cannot go back "
+                            "without the coordinator: shut down", conn, d.nbytes)
+                try:
+                    self.entries[ino].sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        await self.unpark(timeout)
+
     async def unpark(self, timeout: float) -> None:
         by_pid: dict[int, list[tuple[int, int]]] = {}
         for e in self.entries.values():

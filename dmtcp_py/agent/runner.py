@@ -227,6 +227,29 @@ class Agent:
             log.exception("agent failure")
             raise
         log.warning("lost the coordinator; the program keeps running without checkpoints")
+        await self._abandon_round()
+
+    async def _abandon_round(self) -> None:
+        """A checkpoint under way when the coordinator went: finish it here,
+        so that the program never stays stopped.  Waits for the barrier
+        work in progress (a dump) to end first."""
+        async with self.busy:
+            if not self.machine.abandon():
+                return
+            log.warning("checkpoint abandoned without its coordinator: the program goes on")
+            if self._to_publish is not None:
+                _gen, partial, _final = self._to_publish
+                self._to_publish = None
+                await asyncio.get_running_loop().run_in_executor(None, store.discard, partial)
+            if not self.shims.listening:  # a dump that ended without reopening it
+                await self.shims.listen()
+            await self.shims.wait_for(self.tree.alive(self.expected_pids), SHIM_TIMEOUT)
+            try:
+                await self.net.abandon(SHIM_TIMEOUT)
+            except Exception:  # never keep the program stopped for this
+                log.exception("giving the sockets back failed")
+            await self.shims.request_all(shimlink.RESUME, shimlink.RESUMED, SHIM_TIMEOUT,
+                                         arg=self.machine.resume_arg())
 
     async def _barrier_in_turn(self, msg: dict) -> None:
         async with self.busy:
@@ -351,6 +374,7 @@ class Agent:
             try:
                 await self.net.park_and_drain(self.shims.pids(), self.comp_id,
                                               barrier.generation, SHIM_TIMEOUT)
+                await _test_hold("DRAINED")
                 return None
             except Exception as exc:
                 log.exception("drain failed")

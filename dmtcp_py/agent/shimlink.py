@@ -139,6 +139,10 @@ class ShimLink:
         self._listener = sock
         self._accepting = asyncio.create_task(self._accept(sock))
 
+    @property
+    def listening(self) -> bool:
+        return self._listener is not None
+
     def stop_listening(self) -> None:
         """Free the name at once: a shim that tries to reconnect during the
         dump must fail, or CRIU would meet a socket that leads outside."""

@@ -205,3 +205,15 @@ def test_the_release_after_a_restart_says_so_once():
                   State.CHECKPOINTED, State.REFILLED):
         m.done(_barrier(m, state, 5))
     assert m.resume_arg(_barrier(m, State.RUNNING, 5)) == 5
+
+
+def test_a_round_without_its_coordinator_is_abandoned_and_the_tree_runs():
+    m = AgentMachine()
+    assert not m.abandon()  # nothing under way
+    for state in (State.SUSPENDED, State.FD_LEADER_ELECTION, State.DRAINED, State.CHECKPOINTED):
+        m.done(_barrier(m, state, 3))
+    assert m.pending_generation == 3 and not m.running
+    assert m.abandon()
+    assert m.running and m.state is State.RUNNING and m.pending_generation is None
+    assert m.commit(messages.make("commit", generation=3, ok=True)) is None  # images dropped
+    assert m.owes_resume(True)  # a process still suspended is released at once
