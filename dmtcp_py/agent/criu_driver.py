@@ -83,7 +83,16 @@ class _Session:
             self.proc.wait()
 
 
-def _failure(what: str, exc: Exception, log_path: Path) -> CriuError:
+def _failure(what: str, exc: Exception, log_path: Path,
+             session: "_Session | None" = None) -> CriuError:
+    if session is not None:
+        try:  # a killed criu is gone at once; one that refused waits for more requests
+            status = session.proc.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            status = None
+        if status is not None and status < 0:  # killed: its log stops mid-way
+            return CriuError(f"criu {what} failed: criu was killed by signal {-status} "
+                             f"(log: {log_path})")
     last = ""
     try:
         # the first real error is the cause; "rlimit" is harmless here and
@@ -107,7 +116,7 @@ def dump(root_pid: int, images_dir: Path, log_path: Path, *, leave_running: bool
         session.rpc.opts.external.extend(external)
         session.rpc.dump()
     except CRIUException as exc:
-        raise _failure("dump", exc, log_path) from None
+        raise _failure("dump", exc, log_path, session) from None
     finally:
         session.close()
 

@@ -7,6 +7,8 @@ import os
 import signal
 import subprocess
 
+import pytest
+
 from tests.e2e.harness import TIMEOUT, last_tick, ticks, tool, wait_for
 from tests.e2e.test_bad_input import free_port
 from tests.e2e.test_network import last
@@ -65,3 +67,102 @@ def test_coordinator_killed_mid_checkpoint_the_program_goes_on_with_its_sockets(
         subprocess.run([tool("dmtcp-command"), "-p", new_port, "-q"], capture_output=True,
                        timeout=TIMEOUT)
         restarted.wait(timeout=TIMEOUT)
+
+
+CRIU_KILLER = """#!/bin/sh
+# Runs the real CRIU; once armed, SIGKILLs it as soon as it has a page
+# image open for writing, in the middle of a dump, and then itself: the
+# agent sees the process it started killed, as if it were CRIU.
+{criu} "$@" &
+pid=$!
+if [ -e {armed} ]; then
+    while kill -0 $pid 2>/dev/null; do
+        if ls -l /proc/$pid/fd 2>/dev/null | grep -q 'pages-.*\\.img'; then
+            kill -9 $pid
+            wait $pid
+            kill -9 $$
+        fi
+    done
+fi
+wait $pid
+"""
+
+BIG_PROGRAM = """
+import sys, time
+memory = bytearray(256 << 20)
+for i in range(0, len(memory), 4096):
+    memory[i] = i % 251 or 1
+for tick in range(1, 100000):
+    print("tick", tick, sum(memory[::1 << 20]), flush=True)
+    time.sleep(0.01)
+"""
+
+
+def test_criu_killed_mid_dump_the_program_goes_on_and_the_last_good_image_stays(comp,
+                                                                                    tmp_path):
+    from dmtcp_py.paths import criu_binary
+    armed = tmp_path / "armed"
+    killer = tmp_path / "criu-killer"
+    killer.write_text(CRIU_KILLER.format(criu=criu_binary(), armed=armed))
+    killer.chmod(0o755)
+    program = tmp_path / "big.py"
+    program.write_text(BIG_PROGRAM)
+    proc, out = comp.launch("python3", str(program), env={**os.environ, "DMTCP_CRIU": str(killer)})
+    comp.wait_peers(1)
+    wait_for(lambda: last_tick(out) >= 3, what="the program")
+    comp.checkpoint()  # generation 1, with the real CRIU
+    good = {p.name: p.stat().st_mtime_ns for p in comp.images()[0].iterdir()}
+
+    armed.touch()
+    res = comp.command("-bc", check=False)
+    assert res.returncode != 0 and "criu was killed by signal 9" in res.stderr, res.stderr
+    assert res.stderr.count("\n") == 1
+    seen = last_tick(out)
+    wait_for(lambda: last_tick(out) >= seen + 10, what="the program to go on")
+    status = comp.status()
+    assert status["running"] and status["generation"] == 1
+    assert {p.name: p.stat().st_mtime_ns for p in comp.images()[0].iterdir()} == good
+    assert not list(comp.ckptdir.glob(".*partial*"))
+    armed.unlink()
+    assert "checkpoint 2 done" in comp.checkpoint()  # the number of the failed one, now good
+    assert comp.kill_and_wait(proc) != 0
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 160 MiB tmpfs: room for two generations of a 50 MiB program, not three."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160m,mode=0700", "dmtcp-test-full", str(mnt)],
+                   check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_full_disk_fails_the_checkpoint_and_keeps_the_last_good_one(comp, tmp_path,
+                                                                      small_disk):
+    program = tmp_path / "fifty.py"
+    program.write_text(BIG_PROGRAM.replace("256 << 20", "50 << 20"))
+    proc, out = comp.launch("--ckptdir", str(small_disk), "python3", str(program))
+    comp.wait_peers(1)
+    wait_for(lambda: last_tick(out) >= 3, what="the program")
+    comp.checkpoint()
+    comp.checkpoint()  # generations 1 and 2 fill most of the disk
+    image = next(small_disk.glob("ckpt_*.dmtcp"))
+    good = {p.name: p.stat().st_size for p in image.iterdir()}
+    res = comp.command("-bc", check=False)
+    assert res.returncode != 0 and "No space left on device" in res.stderr, res.stderr
+    assert res.stderr.count("\n") == 1
+    seen = last_tick(out)
+    wait_for(lambda: last_tick(out) >= seen + 10, what="the program to go on")
+    assert {p.name: p.stat().st_size for p in image.iterdir()} == good
+    assert not list(small_disk.glob(".*partial*")), "the failed generation's files stayed"
+    assert comp.kill_and_wait(proc) != 0
+    restarted, rout = comp.restart()  # from generation 2, the last good one
+    wait_for(lambda: last_tick(rout) > 0 or restarted.poll() is not None, what="the restart")
+    assert restarted.poll() is None, restarted.err_path.read_text()
+    assert seen - 100 < last_tick(rout) <= seen + 1
+    comp.command("-k")
+    restarted.wait(timeout=TIMEOUT)
