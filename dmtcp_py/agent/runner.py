@@ -33,6 +33,7 @@ log = logging.getLogger("agent")
 JOIN_TIMEOUT = 10.0
 SHIM_TIMEOUT = 10.0
 COMMIT_TIMEOUT = 30.0  # a stopped tree's agent waits this long for the commit   # a process that does not answer its agent in this time is stuck
+REJOIN_EVERY = 1.0     # seconds between attempts to reach a coordinator that went away
 PROGRESS_EVERY = 0.25  # seconds between progress reports while CRIU writes
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -100,6 +101,9 @@ class Agent:
         self._to_publish: tuple[int, Path, Path] | None = None
         self._commit = asyncio.Event()
         self._publishing: asyncio.Task | None = None
+        self._link: asyncio.Task | None = None  # the coordinator connection's reader
+        # the last complete generation, told to a coordinator we rejoin
+        self.published_generation = cfg.manifest.generation if cfg.manifest else 0
 
     # ---- entry -----------------------------------------------------------
 
@@ -120,14 +124,14 @@ class Agent:
         reader = await self._join_coordinator()
         # listening already while restoring: connections find their peers
         # through the coordinator's names
-        listener = asyncio.create_task(self._coordinator_loop(reader))
+        self._link = asyncio.create_task(self._coordinator_loop(reader))
         if self.cfg.manifest is None:
             self._start_tree()
         else:
             try:
                 await self._restore()
             except BaseException:
-                listener.cancel()
+                self._link.cancel()
                 raise
         await self.tree.exited.wait()
         # orphans that came back to us are still the program's processes
@@ -140,7 +144,7 @@ class Agent:
                 await asyncio.wait_for(self._commit.wait(), COMMIT_TIMEOUT)
             except asyncio.TimeoutError:
                 self._on_commit({"generation": self._to_publish[0], "ok": False})
-        listener.cancel()
+        self._link.cancel()
         self.tree.reap_all()
         if self._publishing is not None:
             await self._publishing
@@ -154,7 +158,7 @@ class Agent:
 
     # ---- coordinator -------------------------------------------------------
 
-    async def _join_coordinator(self) -> asyncio.StreamReader:
+    async def _join_coordinator(self, rejoin: bool = False) -> asyncio.StreamReader:
         cfg = self.cfg
         try:
             reader, self.writer = await asyncio.open_connection(cfg.coord_host, cfg.coord_port)
@@ -164,7 +168,9 @@ class Agent:
         hello = dict(role="agent", token=cfg.token, host=hostname(), pid=os.getpid(),
                      program=cfg.program, tree_id=cfg.tree_id)
         m = cfg.manifest
-        if m is not None:
+        if rejoin:  # the coordinator we had died: this one takes us back
+            hello.update(rejoin=True, comp_id=self.comp_id, generation=self.published_generation)
+        elif m is not None:
             hello.update(restart=True, comp_id=m.comp_id, generation=m.generation,
                          num_trees=m.num_trees)
         self._send(messages.make("hello", **hello))
@@ -214,6 +220,8 @@ class Agent:
                 elif msg["type"] == "commit":
                     self._on_commit(msg)
                 elif msg["type"] == "generation_done":
+                    if msg["ok"]:
+                        self.published_generation = msg["generation"]
                     arg = msg["generation"] | (0 if msg["ok"] else shimlink.DONE_FAILED)
                     asyncio.create_task(self.shims.tell_all(shimlink.DONE, arg))
                 elif self.net.on_message(msg):
@@ -226,8 +234,27 @@ class Agent:
         except Exception:
             log.exception("agent failure")
             raise
-        log.warning("lost the coordinator; the program keeps running without checkpoints")
+        log.warning("lost the coordinator; the program keeps running without checkpoints "
+                    "until one answers on %s:%d again", self.cfg.coord_host, self.cfg.coord_port)
         await self._abandon_round()
+        self._link = asyncio.create_task(self._rejoin())
+
+    async def _rejoin(self) -> None:
+        """Every second, try the coordinator's address again; a coordinator
+        started there anew (with the same token) takes this tree back."""
+        if self.writer is not None:
+            self.writer.close()
+        while not self.tree.exited.is_set():
+            await asyncio.sleep(REJOIN_EVERY)
+            try:
+                reader = await self._join_coordinator(rejoin=True)
+            except UserError as exc:
+                log.debug("rejoin: %s", exc)
+                continue
+            log.warning("rejoined the coordinator as computation %s", self.comp_id)
+            self._peers_changed()
+            await self._coordinator_loop(reader)
+            return
 
     async def _abandon_round(self) -> None:
         """A checkpoint under way when the coordinator went: finish it here,

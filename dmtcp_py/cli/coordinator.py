@@ -48,7 +48,8 @@ def cli(coord_port, listen_host, port_file, ckptdir, interval, exit_on_last, exi
     i N interval, k kill, q quit, h help.
     """
     ready_fd = _daemonize() if daemon else None
-    token = os.environ.get("DMTCP_COORD_TOKEN") or secrets.token_hex(16)
+    token = os.environ.get("DMTCP_COORD_TOKEN") or _left_token(coord_port) \
+        or secrets.token_hex(16)
     ckpt = Path(ckptdir).resolve() if ckptdir else None
     machine = CoordinatorMachine(uuid.uuid4().hex[:12], exit_on_last=exit_on_last,
                                  exit_after_ckpt=exit_after_ckpt, interval=interval,
@@ -56,6 +57,19 @@ def cli(coord_port, listen_host, port_file, ckptdir, interval, exit_on_last, exi
     server = CoordinatorServer(machine, token, host=listen_host, port=coord_port,
                                ckptdir=ckpt, quiet=quiet or daemon)
     return asyncio.run(_main(server, port_file, ready_fd, console_on=not daemon))
+
+
+def _left_token(port: int) -> str | None:
+    """The token of a coordinator that died on this port without removing
+    its file (a clean exit removes it): reused, so that the agents it left
+    running rejoin us.  If that coordinator still lived, we could not bind
+    its port and would exit."""
+    if port == 0:
+        return None
+    try:
+        return token_file(port).read_text().strip() or None
+    except OSError:
+        return None
 
 
 async def _main(server: CoordinatorServer, port_file, ready_fd, console_on: bool) -> int:

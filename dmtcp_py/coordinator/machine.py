@@ -117,13 +117,32 @@ class CoordinatorMachine:
             refusal = self._admit_restart(agent, hello, now)
             if refusal:
                 return [SendAgent(agent_id, messages.make("refused", error=refusal))]
+        elif hello.get("rejoin"):
+            refusal = self._admit_rejoin(hello)
+            if refusal:
+                return [SendAgent(agent_id, messages.make("refused", error=refusal))]
         self.agents[agent_id] = agent
         self._ever_had_agents = True
         actions.append(SendAgent(agent_id, messages.make(
             "welcome", comp_id=self.comp_id, agent_id=agent_id, generation=self.generation,
             ckptdir=self.ckptdir)))
-        actions.append(Notice(f"{'restarting' if restart else 'joined'}: {agent.label()}"))
+        actions.append(Notice(f"{'restarting' if restart else 'rejoined' if hello.get('rejoin') else 'joined'}: "
+                              f"{agent.label()}"))
         return actions
+
+    def _admit_rejoin(self, hello: dict) -> str | None:
+        """An agent whose coordinator died comes back: a fresh coordinator
+        takes its computation on (and its generation); ours must match."""
+        comp_id = str(hello.get("comp_id", ""))
+        generation = int(hello.get("generation", 0))
+        if comp_id == self.comp_id:
+            self.generation = max(self.generation, generation)
+            return None
+        if self.agents or self.round is not None or self._ever_had_agents:
+            return f"this coordinator is busy with computation {self.comp_id}"
+        self.comp_id = comp_id
+        self.generation = generation
+        return None
 
     def _admit_restart(self, agent: Agent, hello: dict, now: float) -> str | None:
         comp_id = str(hello.get("comp_id", ""))

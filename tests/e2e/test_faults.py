@@ -166,3 +166,26 @@ def test_a_full_disk_fails_the_checkpoint_and_keeps_the_last_good_one(comp, tmp_
     assert seen - 100 < last_tick(rout) <= seen + 1
     comp.command("-k")
     restarted.wait(timeout=TIMEOUT)
+
+
+def test_agents_rejoin_a_coordinator_started_again_on_the_same_port(comp, programs):
+    proc, out = comp.launch(*programs["pipe_counter"], "100000", "10")
+    comp.wait_peers(2)
+    comp.checkpoint()  # generation 1
+    comp.coordinator.send_signal(signal.SIGKILL)  # while nothing is being checkpointed
+    comp.coordinator.wait()
+    seen = last_tick(out)
+    wait_for(lambda: last_tick(out) >= seen + 10, what="the program to go on alone")
+    # a coordinator started again on the port takes the computation back
+    again = subprocess.Popen([tool("dmtcp-coordinator"), "-p", str(comp.port), "--ckptdir",
+                              str(comp.ckptdir), "-q"], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    comp.coordinator = again  # the harness stops it at the end
+    wait_for(lambda: comp.command("-s", check=False).returncode == 0 or again.poll() is not None,
+             what="the new coordinator")
+    assert again.poll() is None, again.stderr.read()
+    comp.wait_peers(2)
+    status = comp.status()
+    assert status["generation"] == 1 and status["num_trees"] == 1, status
+    assert "checkpoint 2 done" in comp.checkpoint()
+    assert comp.kill_and_wait(proc) != 0

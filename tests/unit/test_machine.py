@@ -812,3 +812,24 @@ def test_join_with_sparse_hello_uses_placeholders():
     welcome = messages.validate(sent(actions, "welcome")[0].message)
     assert (welcome["comp_id"], welcome["agent_id"], welcome["generation"]) == (COMP, 1, 0)
     assert m.listing()[0]["host"] == "?" and m.listing()[0]["agent_pid"] == 0
+
+
+def test_a_fresh_coordinator_takes_rejoining_agents_back_with_their_generation():
+    sim = Sim(0, comp_id="comp-NEW")
+    first, actions = sim.join_one(rejoin=True, comp_id="comp-OLD", generation=3)
+    assert first in sim.m.agents and sim.m.comp_id == "comp-OLD" and sim.m.generation == 3
+    welcome = sent(actions, "welcome")[0].message
+    assert welcome["comp_id"] == "comp-OLD" and welcome["generation"] == 3
+    second, _ = sim.join_one(rejoin=True, comp_id="comp-OLD", generation=3)
+    assert second in sim.m.agents
+    # another computation's agent is refused; so is anyone once this one ran
+    stranger, actions = sim.join_one(rejoin=True, comp_id="comp-OTHER", generation=9)
+    assert stranger not in sim.m.agents and sent(actions, "refused")
+    assert sim.m.comp_id == "comp-OLD" and sim.m.generation == 3
+
+
+def test_a_busy_coordinator_refuses_a_rejoin_of_another_computation():
+    sim = Sim(1, comp_id="comp-A")
+    agent, actions = sim.join_one(rejoin=True, comp_id="comp-B", generation=2)
+    assert agent not in sim.m.agents
+    assert "busy with computation comp-A" in sent(actions, "refused")[0].message["error"]
