@@ -42,7 +42,15 @@ class Tree:
 
     def adopt(self, pid: int) -> None:
         self.root_pid = pid
-        self._pidfd = os.pidfd_open(pid)
+        try:
+            self._pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            # gone and reaped already (a restored program that ended at once)
+            log.info("root %d ended before it could be watched", pid)
+            self.exit_status = self.exit_status if self.exit_status is not None else 0
+            self.exited.set()
+            self.reap_orphans()
+            return
         asyncio.get_running_loop().add_reader(self._pidfd, self._root_exited)
 
     def _root_exited(self) -> None:

@@ -189,3 +189,28 @@ def test_agents_rejoin_a_coordinator_started_again_on_the_same_port(comp, progra
     assert status["generation"] == 1 and status["num_trees"] == 1, status
     assert "checkpoint 2 done" in comp.checkpoint()
     assert comp.kill_and_wait(proc) != 0
+
+
+def test_an_agent_killed_mid_checkpoint_no_process_stays_stopped(comp, programs):
+    hold = {**os.environ, "DMTCP_TEST_HOLD_DRAINED": "3"}
+    victim, vout = comp.launch(*programs["counter_single"], "100000", "10", env=hold)
+    other, oout = comp.launch(*programs["counter_single"], "100000", "10", env=hold)
+    comp.wait_peers(2)
+    comp.checkpoint()  # generation 1
+    first = comp.images()
+    with open(comp.root / "bc.err", "w") as err:
+        bc = subprocess.Popen([tool("dmtcp-command"), "-p", str(comp.port), "-bc"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+    wait_for(lambda: comp.status()["state"] == "DRAINED", what="the agents draining")
+    victim.send_signal(signal.SIGKILL)  # the agent (dmtcp-launch) of the first tree
+    victim.wait()
+    assert bc.wait(timeout=TIMEOUT) != 0
+    assert "exited during the checkpoint" in (comp.root / "bc.err").read_text()
+    # the other tree is released by the coordinator at once
+    seen = last_tick(oout)
+    wait_for(lambda: last_tick(oout) >= seen + 10, what="the other tree to go on")
+    # the orphaned tree frees itself when its agent never comes back (30 s)
+    seen = last_tick(vout)
+    wait_for(lambda: last_tick(vout) >= seen + 10, timeout=TIMEOUT,
+             what="the orphaned tree to go on")
+    assert comp.status()["num_trees"] == 1 and comp.images() == first

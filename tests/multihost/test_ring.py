@@ -199,3 +199,74 @@ def test_two_trees_of_one_host_spread_to_two_others(ring):
         first = int(next(r for r in rows if r[0] == "tick")[1])
         assert first > before[role] and rows[-1][0] == "done", (role, rows[:2], rows[-2:])
     no_failure(moved.values())
+
+
+def _reap_zombies() -> bool:
+    """Reap every child that has ended; True once none is left unreaped."""
+    import psutil
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if pid == 0:
+            break
+    return not any(c.status() == psutil.STATUS_ZOMBIE for c in psutil.Process().children())
+
+
+def test_a_host_killed_mid_checkpoint_the_others_go_on_and_all_restart_elsewhere(ring):
+    """A whole host dies in the middle of a checkpoint: the trees on the
+    other hosts are released (their neighbour on the dead host is gone, so
+    their ring breaks), the failure is reported, and the three trees
+    restart from the last good generation, the dead host's on a spare."""
+    from tests.multihost import netns
+    h = ring.net.hosts
+    members_hosts = h[1:4]
+    ring.env["DMTCP_TEST_HOLD_DRAINED"] = "3"  # agents linger in DRAINED
+    members = []
+    for i, host in enumerate(members_hosts):
+        proc = ring.launch(host, ring.exe, members_hosts[(i + 1) % 3])
+        proc.host_name = host.name
+        members.append(proc)
+    wait_for(lambda: ring.status()["num_peers"] == 3 and all(last(p) >= 10 for p in members),
+             what="the ring to run")
+    ring.command("-bc")  # generation 1, the good one
+    before = [last(p) for p in members]
+    images = ring.images_by_host()
+    bc = ring.coord_host.popen([str(BIN / "dmtcp-command"), "-h", ring.coord_host.addr,
+                                "-p", COORD_PORT, "-bc"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, env=ring.env)
+    wait_for(lambda: ring.status()["state"] == "DRAINED", what="the agents draining")
+    dead = members_hosts[1]
+    netns._kill_inside({i for i in (netns._ns_id(netns.NETNS_DIR / dead.netns),
+                                    netns._ns_id(dead.uts), netns._ns_id(dead.mnt)) if i})
+    # the test hosts share one pid space: the dead host's processes must be
+    # reaped (we are their subreaper) before their pids can be restored
+    members[1].wait(timeout=TIMEOUT)
+    wait_for(_reap_zombies, what="the dead host's processes to be reaped")
+    _, err = bc.communicate(timeout=TIMEOUT * 2)
+    assert bc.returncode != 0 and "exited during the checkpoint" in err, err
+    # the survivors are released: each tree runs, or has ended on its own
+    # because its neighbour on the dead host is gone (a stopped one would
+    # still be listed, not RUNNING)
+    wait_for(lambda: ring.status()["running"] or ring.status()["num_trees"] == 0,
+             timeout=TIMEOUT * 2, what="the round to end")
+    trees = json.loads(ring.command("-l", "--json").stdout)["trees"]
+    assert all(t["state"] == "RUNNING" and t["host"] != dead.name for t in trees), trees
+    assert ring.images_by_host() == images  # generation 1 untouched
+    ring.command("-k")
+    for p in members:
+        p.wait(timeout=TIMEOUT)
+    # all three come back from generation 1, the dead host's tree on the spare
+    placement = {x.name: (h[4] if x is dead else x) for x in members_hosts}
+    restarted = []
+    for x in members_hosts:
+        proc = ring.restart(placement[x.name], images[x.name])
+        proc.host_name = x.name
+        restarted.append(proc)
+    for proc, b in zip(restarted, before):
+        assert proc.wait(timeout=TIMEOUT * 2) == 0, proc.err.read_text()
+        rows = ticks(proc.out)
+        first = int(next(r for r in rows if r[0] == "tick")[1])
+        assert first <= b + 1 and rows[-1][0] == "done", (rows[:2], rows[-2:])
+    no_failure(restarted)
