@@ -110,6 +110,18 @@ def ring(tmp_path):
             kill_descendants()
 
 
+def start_ring(ring: Ring, hosts: list) -> list:
+    """One member on each host, each sending to the next; once all tick."""
+    members = []
+    for i, host in enumerate(hosts):
+        proc = ring.launch(host, ring.exe, hosts[(i + 1) % len(hosts)])
+        proc.host_name = host.name
+        members.append(proc)
+    wait_for(lambda: ring.status()["num_peers"] == len(hosts)
+             and all(last(p) >= 10 for p in members), what="the ring to run")
+    return members
+
+
 def kill_and_restart(ring: Ring, members: list, placement: dict[str, object]) -> list:
     """Checkpoint, kill, restart each tree on placement[old host name]."""
     before = [last(p) for p in members]
@@ -138,13 +150,7 @@ def kill_and_restart(ring: Ring, members: list, placement: dict[str, object]) ->
 def test_ring_of_three_hosts_moves_and_keeps_every_byte(ring):
     h = ring.net.hosts
     members_hosts = h[1:4]
-    members = []
-    for i, host in enumerate(members_hosts):
-        proc = ring.launch(host, ring.exe, members_hosts[(i + 1) % 3])
-        proc.host_name = host.name
-        members.append(proc)
-    wait_for(lambda: ring.status()["num_peers"] == 3 and all(last(p) >= 10 for p in members),
-             what="the ring to run")
+    members = start_ring(ring, members_hosts)
     # checkpoint and go on
     ring.command("-bc")
     mark = [last(p) for p in members]
@@ -223,13 +229,7 @@ def test_a_host_killed_mid_checkpoint_the_others_go_on_and_all_restart_elsewhere
     h = ring.net.hosts
     members_hosts = h[1:4]
     ring.env["DMTCP_TEST_HOLD_DRAINED"] = "3"  # agents linger in DRAINED
-    members = []
-    for i, host in enumerate(members_hosts):
-        proc = ring.launch(host, ring.exe, members_hosts[(i + 1) % 3])
-        proc.host_name = host.name
-        members.append(proc)
-    wait_for(lambda: ring.status()["num_peers"] == 3 and all(last(p) >= 10 for p in members),
-             what="the ring to run")
+    members = start_ring(ring, members_hosts)
     ring.command("-bc")  # generation 1, the good one
     before = [last(p) for p in members]
     images = ring.images_by_host()
