@@ -53,7 +53,8 @@ restart_on() {{  # restart_on OLD_HOST IMAGE...
         "$dmtcp_restart" --coord-host "$coord_host" --coord-port "$coord_port" "${{extra[@]}}" "$@"
     else
         # ssh hands the remote shell one line: quote every word for it
-        ssh "$new" "$(printf '%q ' env "DMTCP_COORD_TOKEN=$token" "$dmtcp_restart" --join \
+        ssh "$new" "$(printf '%q ' env "DMTCP_COORD_TOKEN=$token" \\
+            ${{DMTCP_TMPDIR:+"DMTCP_TMPDIR=$DMTCP_TMPDIR"}} "$dmtcp_restart" --join \\
             --coord-host "$coord_host" --coord-port "$coord_port" "${{extra[@]}}" "$@")"
     fi
 }}

@@ -122,7 +122,8 @@ def run(argv: list[str]) -> int:
         coord_host=os.environ.get("DMTCP_COORD_HOST", "127.0.0.1"), coord_port=int(port),
         token=os.environ.get("DMTCP_COORD_TOKEN", ""),
         ckptdir=os.environ.get("DMTCP_CHECKPOINT_DIR"),
-        port=listener.getsockname()[1], cookie=secrets.token_hex(16))
+        port=listener.getsockname()[1], cookie=secrets.token_hex(16),
+        tmpdir=os.environ.get("DMTCP_TMPDIR"))
     try:
         started = subprocess.run(command.ssh_argv(ssh, call, command.remote_command(call, relay)),
                                  stdin=subprocess.DEVNULL, env=env)

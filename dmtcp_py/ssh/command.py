@@ -65,6 +65,7 @@ class Relay:
     ckptdir: str | None
     port: int              # where dmtcp-ssh waits for the relay
     cookie: str
+    tmpdir: str | None = None  # DMTCP_TMPDIR, so that the remote logs go where ours do
 
 
 def remote_command(call: SshCall, relay: Relay) -> str:
@@ -77,7 +78,10 @@ def remote_command(call: SshCall, relay: Relay) -> str:
         launch += ["--ckptdir", q(relay.ckptdir)]
     inner = [q(relay.python), "-m", "dmtcp_py.ssh.relay", "--port", str(relay.port),
              "--cookie", q(relay.cookie), "--", q(call.command)]
-    return (f"DMTCP_COORD_TOKEN={q(relay.token)} exec setsid -f " + " ".join(launch + inner)
+    env = f"DMTCP_COORD_TOKEN={q(relay.token)} "
+    if relay.tmpdir:
+        env += f"DMTCP_TMPDIR={q(relay.tmpdir)} "
+    return (env + "exec setsid -f " + " ".join(launch + inner)
             + " </dev/null >/dev/null 2>&1")
 
 

@@ -1,6 +1,7 @@
 """ssh's command line as dmtcp-ssh reads it, and the remote line it sends."""
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import subprocess
 
@@ -53,6 +54,9 @@ def test_the_remote_line_runs_the_relay_with_the_command_as_one_word():
                          capture_output=True, text=True).stdout
     assert out == "echo it's $HOME; true"
     assert command.ssh_argv("ssh", call, line) == ["ssh", "-x", "h2", line]
+    # where the logs go travels too, when it is set
+    with_tmp = command.remote_command(call, dataclasses.replace(relay, tmpdir="/var/tmp/d d"))
+    assert shlex.split(with_tmp)[1] == "DMTCP_TMPDIR=/var/tmp/d d"
 
 
 def test_a_dual_stack_view_of_an_ipv4_connection_has_the_same_key():
