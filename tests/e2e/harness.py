@@ -1,6 +1,7 @@
 """Drive the real commands the way a user does, and read what they print."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -40,6 +41,21 @@ def ticks(path: Path) -> list[list[str]]:
 def last_tick(path: Path) -> int:
     rows = [r for r in ticks(path) if r[0] == "tick"]
     return int(rows[-1][1]) if rows else 0
+
+
+@contextlib.contextmanager
+def running_program(root: Path, argv: list[str], ticks: int = 3):
+    """A coordinator with one ticking program under it, for fixtures that
+    share it; everything it started is gone at the end."""
+    from tests.conftest import kill_descendants
+    comp = Computation(root)
+    try:
+        proc, out = comp.launch(*argv)
+        wait_for(lambda: last_tick(out) >= ticks, what="the program to start")
+        yield comp, proc
+    finally:
+        comp.close()
+        kill_descendants()
 
 
 class Computation:

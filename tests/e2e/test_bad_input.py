@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from tests.conftest import need_root
-from tests.e2e.harness import TIMEOUT, last_tick, tool, wait_for
+from tests.e2e.harness import TIMEOUT, running_program, tool
 
 
 def free_port() -> int:
@@ -40,19 +40,12 @@ def one_line_error(argv: list[str], expect: str) -> subprocess.CompletedProcess:
 def good_image(tmp_path_factory, programs):
     """A real checkpoint image of a small program, for damaging copies of."""
     need_root()
-    from tests.conftest import kill_descendants
-    from tests.e2e.harness import Computation
-    comp = Computation(tmp_path_factory.mktemp("image"))
-    try:
-        proc, out = comp.launch(*programs["counter_single"], "100000", "20")
-        wait_for(lambda: last_tick(out) >= 3, what="the program to start")
+    with running_program(tmp_path_factory.mktemp("image"),
+                         [*programs["counter_single"], "100000", "20"]) as (comp, proc):
         comp.checkpoint()
         comp.kill_and_wait(proc)
         [image] = comp.images()
         yield image
-    finally:
-        comp.close()
-        kill_descendants()
 
 
 def damaged_copy(image, tmp_path, damage) -> str:

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dmtcp_py.client import resolve_token
-from tests.conftest import kill_descendants, need_root
-from tests.e2e.harness import Computation, last_tick, wait_for
+from tests.conftest import need_root
+from tests.e2e.harness import running_program
 
 EXAMPLES = 2000
 
@@ -24,15 +24,10 @@ EXAMPLES = 2000
 @pytest.fixture(scope="module")
 def live(tmp_path_factory, programs):
     need_root()
-    comp = Computation(tmp_path_factory.mktemp("hostile"))
-    try:
-        proc, out = comp.launch(*programs["counter_single"], "1000000", "10")
+    with running_program(tmp_path_factory.mktemp("hostile"),
+                         [*programs["counter_single"], "1000000", "10"]) as (comp, _proc):
         comp.wait_peers(1)
-        wait_for(lambda: last_tick(out) >= 2, what="the program")
         yield comp, resolve_token(comp.port)
-    finally:
-        comp.close()
-        kill_descendants()
 
 
 def frame(body: bytes) -> bytes:
