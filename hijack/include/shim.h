@@ -31,6 +31,7 @@ int channel_send_fd(int fd, uint16_t type, uint64_t arg, int passed);
 
 /* ckpt_thread.c */
 void ckpt_thread_start(void);
+void pause_ms(long ms); /* a sleep that a dump or restore does not cut short */
 
 /* real.c: the only dlsym(RTLD_NEXT) cache; resolved on first use. */
 #include <pthread.h>

@@ -7,9 +7,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "../include/dmtcp.h"
 #include "shim.h"
@@ -32,14 +29,6 @@ void api_init(void)
         strncpy(ckpt_dir, dir, sizeof(ckpt_dir) - 1);
 }
 
-static void pause_ms(long ms)
-{
-    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-
-    while (syscall(SYS_nanosleep, &ts, &ts) < 0)
-        ;
-}
-
 /* checkpoint thread, on SUSPEND: before the threads stop */
 void api_before_checkpoint(void)
 {
@@ -56,21 +45,21 @@ void api_after_resume(uint64_t arg)
 {
     int restored = (arg & DMTCP_RESUME_RESTORED) != 0;
 
-    /* after a checkpoint the generation counts once its images are
-     * published (DONE); a restart comes from published images */
+    /* the counters come last: a dmtcp_checkpoint() waiting on them
+     * returns after the hooks ran */
     if (restored) {
+        /* a restart comes from published images; after a checkpoint the
+         * generation counts once its images are published (DONE) */
         atomic_store(&generation, (int)(arg & 0xFFFFFFFFu));
         atomic_store(&done_gen, (int)(arg & 0xFFFFFFFFu));
-    }
-    if (restored && hook_restart)
-        hook_restart();
-    else if (!restored && hook_post)
-        hook_post();
-    /* last: a dmtcp_checkpoint() waiting on these returns after the hooks */
-    if (restored)
+        if (hook_restart)
+            hook_restart();
         atomic_fetch_add(&restarts, 1);
-    else
+    } else {
+        if (hook_post)
+            hook_post();
         atomic_fetch_add(&checkpoints, 1);
+    }
 }
 
 /* checkpoint thread, on DONE */

@@ -37,7 +37,7 @@ static int first_fd = -1;
  */
 static pthread_mutex_t conn_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void pause_ms(long ms)
+void pause_ms(long ms)
 {
     struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
 
