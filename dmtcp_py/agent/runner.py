@@ -357,13 +357,15 @@ class Agent:
                 pid = await loop.run_in_executor(
                     None, lambda: criu_driver.restore(images, log_path, inherit=handover.pairs,
                                                       terminal=handover.terminal))
+            # watched before reaping resumes: a root that already ended (a
+            # restart round aborted at once) is collected with its status
+            self.tree.adopt(pid)
         except (criu_driver.CriuError, UserError) as exc:
             self._send(self.machine.restored(error=str(exc)))
             raise UserError(str(exc)) from None
         finally:
             self.tree.hold_reaping = False
             handover.close_after_restore()
-        self.tree.adopt(pid)
         self.expected_pids = set(m.shim_pids)
         log.info("restored %s (generation %d) as pid %d", cfg.image, m.generation, pid)
         self._send(self.machine.restored())

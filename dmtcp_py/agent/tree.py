@@ -42,15 +42,7 @@ class Tree:
 
     def adopt(self, pid: int) -> None:
         self.root_pid = pid
-        try:
-            self._pidfd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            # gone and reaped already (a restored program that ended at once)
-            log.info("root %d ended before it could be watched", pid)
-            self.exit_status = self.exit_status if self.exit_status is not None else 0
-            self.exited.set()
-            self.reap_orphans()
-            return
+        self._pidfd = os.pidfd_open(pid)  # a zombie too: it is ours to reap
         asyncio.get_running_loop().add_reader(self._pidfd, self._root_exited)
 
     def _root_exited(self) -> None:
