@@ -51,26 +51,26 @@ class Manifest:
         return sum(self.files.values())
 
     def write(self, directory: Path) -> None:
-        path = directory / MANIFEST
-        with open(path, "w") as f:
-            json.dump(asdict(self), f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(path, 0o600)
+        _write(directory, asdict(self))
 
 
 def rewrite(directory: Path, **changes) -> None:
     """Change fields of a written manifest (after the image files changed)."""
-    path = directory / MANIFEST
-    raw = json.loads(path.read_text())
+    raw = json.loads((directory / MANIFEST).read_text())
     raw.update(changes)
+    _write(directory, raw)
+
+
+def _write(directory: Path, raw: dict) -> None:
+    """The manifest, 0600 and fsynced, in place at once (never half written)."""
     tmp = directory / f".{MANIFEST}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # whatever the umask
     with os.fdopen(fd, "w") as f:
         json.dump(raw, f, indent=1, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
+    os.replace(tmp, directory / MANIFEST)
 
 
 def load(directory: Path) -> Manifest:

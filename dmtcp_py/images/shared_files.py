@@ -79,36 +79,45 @@ def relink(remaps: list[dict]) -> None:
             os.link(entry["live"], entry["remap"])
 
 
+def keep(path: str, image_dir: Path, name: str) -> dict | None:
+    """Copy path into image_dir/name; its manifest entry, or None if it is
+    gone meanwhile."""
+    try:
+        st = os.stat(path)
+        shutil.copyfile(path, image_dir / name)
+    except OSError:
+        return None
+    return {"path": path, "data": name, "mode": st.st_mode & 0o7777,
+            "uid": st.st_uid, "gid": st.st_gid}
+
+
+def put_back(entry: dict, image_dir: Path, *, only_if_missing: bool = False) -> bool:
+    """Write a kept file back to its path, with its mode and owner; in place
+    when it exists (its inode is kept, for anything else that maps it), or
+    not at all with only_if_missing.  True if written."""
+    path = Path(entry["path"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if only_if_missing else 0)
+    try:
+        fd = os.open(path, flags, entry["mode"])
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "wb") as dst, open(image_dir / entry["data"], "rb") as src:
+        dst.truncate(0)
+        shutil.copyfileobj(src, dst, 1 << 20)
+    os.chmod(path, entry["mode"])
+    os.chown(path, entry["uid"], entry["gid"])
+    return True
+
+
 def save(paths: list[str], image_dir: Path) -> list[dict]:
     """Copy each file into image_dir as shared-<n>.data; return the entries
-    for the manifest."""
-    entries = []
-    for n, path in enumerate(paths):
-        name = f"shared-{n}.data"
-        try:
-            st = os.stat(path)
-            shutil.copyfile(path, image_dir / name)
-        except OSError:
-            continue  # unmapped and removed meanwhile: nothing to keep
-        entries.append({"path": path, "data": name, "mode": st.st_mode & 0o7777,
-                        "uid": st.st_uid, "gid": st.st_gid})
-    return entries
+    for the manifest (a file unmapped and removed meanwhile has none)."""
+    entries = [keep(path, image_dir, f"shared-{n}.data") for n, path in enumerate(paths)]
+    return [e for e in entries if e is not None]
 
 
 def restore(entries: list[dict], image_dir: Path) -> None:
-    """Put every saved file back, in place (its inode is kept when it still
-    exists, for anything else that maps it)."""
+    """Put every saved file back, in place."""
     for entry in entries:
-        path = Path(entry["path"])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, entry["mode"])
-        try:
-            with open(image_dir / entry["data"], "rb") as src, os.fdopen(fd, "wb") as dst:
-                fd = -1
-                dst.truncate(0)
-                shutil.copyfileobj(src, dst, 1 << 20)
-        finally:
-            if fd >= 0:
-                os.close(fd)
-        os.chmod(path, entry["mode"])
-        os.chown(path, entry["uid"], entry["gid"])
+        put_back(entry, image_dir)

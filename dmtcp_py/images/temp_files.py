@@ -17,11 +17,11 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import shutil
 import stat
 from pathlib import Path
 
 from dmtcp_py import procfs
+from dmtcp_py.images import shared_files
 
 log = logging.getLogger("images.temp")
 
@@ -111,14 +111,9 @@ def save(pids: list[int], image_dir: Path, skip: set[str]) -> dict:
             log.warning("%s (%d bytes) is too large to keep in the image; it must be "
                         "there at restart", path, st.st_size)
             continue
-        name = f"temp-{n}.data"
-        try:
-            shutil.copyfile(path, image_dir / name)
-        except OSError:
-            continue  # removed meanwhile: the program no longer has it by name
-        os.chmod(image_dir / name, 0o600)
-        entries.append({"path": path, "data": name, "mode": st.st_mode & 0o7777,
-                        "uid": st.st_uid, "gid": st.st_gid})
+        entry = shared_files.keep(path, image_dir, f"temp-{n}.data")
+        if entry is not None:  # else removed meanwhile: the program has it by no name
+            entries.append(entry)
     return {"dirs": sorted(dirs.values(), key=lambda d: d["path"]), "files": entries,
             "fifos": sorted(fifos.values(), key=lambda f: f["path"])}
 
@@ -131,16 +126,8 @@ def restore(saved: dict, image_dir: Path) -> None:
             os.chmod(d["path"], d["mode"])
             os.chown(d["path"], d["uid"], d["gid"])
     for entry in saved.get("files", []):
-        path = entry["path"]
-        if os.path.lexists(path):
-            continue
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, entry["mode"])
-        with open(image_dir / entry["data"], "rb") as src, os.fdopen(fd, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-        os.chmod(path, entry["mode"])
-        os.chown(path, entry["uid"], entry["gid"])
-        log.info("%s was gone: written back from the image", path)
+        if shared_files.put_back(entry, image_dir, only_if_missing=True):
+            log.info("%s was gone: written back from the image", entry["path"])
     for fifo in saved.get("fifos", []):
         if not os.path.lexists(fifo["path"]):
             os.mkfifo(fifo["path"], fifo["mode"])
