@@ -17,9 +17,9 @@ import enum
 from dataclasses import dataclass, field
 
 from dmtcp_py.protocol import messages
+from dmtcp_py.protocol.states import State, TransitionError, check_transition, parse
 
 RESUME_RESTORED = 1 << 32  # as hijack/include/dmtcp_record.h says
-from dmtcp_py.protocol.states import State, TransitionError, check_transition, parse
 
 
 class Work(enum.Enum):

@@ -42,15 +42,8 @@ def cli(coord_host, coord_port, action, interval, as_json):
         if action in ("status", "list"):
             reply = client.command(action)
             return _print_status(reply, coord_host, coord_port, as_json, listing=action == "list")
-        if blocking and sys.stderr.isatty():
-            meter = ProgressLine(sys.stderr)
-            try:
-                reply = client.command_watching("checkpoint", meter.show, blocking=True,
-                                                stop=action == "kcheckpoint")
-            finally:
-                meter.close()
-        elif action in ("checkpoint", "bcheckpoint", "kcheckpoint"):
-            reply = client.command("checkpoint", blocking=blocking, stop=action == "kcheckpoint")
+        if action in ("checkpoint", "bcheckpoint", "kcheckpoint"):
+            reply = _checkpoint(client, blocking=blocking, stop=action == "kcheckpoint")
         elif action == "interval":
             reply = client.command("interval", seconds=interval)
         else:
@@ -94,6 +87,17 @@ def _print_status(reply: dict, host: str, port: int, as_json: bool, listing: boo
                       for c in t.get("external", [])]
     click.echo("\n".join(lines))
     return 0
+
+
+def _checkpoint(client: CoordinatorClient, *, blocking: bool, stop: bool) -> dict:
+    """A blocking checkpoint on a terminal shows its progress there."""
+    if not (blocking and sys.stderr.isatty()):
+        return client.command("checkpoint", blocking=blocking, stop=stop)
+    meter = ProgressLine(sys.stderr)
+    try:
+        return client.command_watching("checkpoint", meter.show, blocking=True, stop=stop)
+    finally:
+        meter.close()
 
 
 class ProgressLine:

@@ -108,7 +108,7 @@ class CoordinatorMachine:
 
     def agent_joined(self, agent_id: int, hello: dict, now: float) -> list:
         """hello was validated by the server (token, version, role)."""
-        restart = bool(hello.get("restart"))
+        restart, rejoin = bool(hello.get("restart")), bool(hello.get("rejoin"))
         agent = Agent(agent_id, str(hello.get("host", "?")), int(hello.get("pid", 0)),
                       str(hello.get("program", "?")), str(hello.get("tree_id", "?")),
                       State.RESTARTING if restart else State.RUNNING)
@@ -117,7 +117,7 @@ class CoordinatorMachine:
             refusal = self._admit_restart(agent, hello, now)
             if refusal:
                 return [SendAgent(agent_id, messages.make("refused", error=refusal))]
-        elif hello.get("rejoin"):
+        elif rejoin:
             refusal = self._admit_rejoin(hello)
             if refusal:
                 return [SendAgent(agent_id, messages.make("refused", error=refusal))]
@@ -126,8 +126,8 @@ class CoordinatorMachine:
         actions.append(SendAgent(agent_id, messages.make(
             "welcome", comp_id=self.comp_id, agent_id=agent_id, generation=self.generation,
             ckptdir=self.ckptdir)))
-        actions.append(Notice(f"{'restarting' if restart else 'rejoined' if hello.get('rejoin') else 'joined'}: "
-                              f"{agent.label()}"))
+        verb = "restarting" if restart else "rejoined" if rejoin else "joined"
+        actions.append(Notice(f"{verb}: {agent.label()}"))
         return actions
 
     def _admit_rejoin(self, hello: dict) -> str | None:
@@ -138,7 +138,7 @@ class CoordinatorMachine:
         if comp_id == self.comp_id:
             self.generation = max(self.generation, generation)
             return None
-        if self.agents or self.round is not None or self._ever_had_agents:
+        if self._ever_had_agents:  # (a round, or agents now, means it had some)
             return f"this coordinator is busy with computation {self.comp_id}"
         self.comp_id = comp_id
         self.generation = generation
