@@ -10,10 +10,7 @@ import os
 import socket
 import subprocess
 from pathlib import Path
-
-import pycriu.images
-from pycriu.criu import CRIUException
-from pycriu.criu import criu as CriuRpc
+from types import ModuleType
 
 from dmtcp_py.paths import criu_binary
 
@@ -22,6 +19,15 @@ log = logging.getLogger("agent.criu")
 
 class CriuError(Exception):
     pass
+
+
+def _pycriu() -> ModuleType:
+    """pycriu (its `criu` class for the RPC, `images` for the image files),
+    imported at the first dump or restore: with the protobuf modules it
+    loads it takes ~40 ms, which every dmtcp-launch would pay at start-up
+    otherwise."""
+    import pycriu
+    return pycriu
 
 
 def _log_level() -> int:
@@ -53,7 +59,7 @@ class _Session:
         finally:
             theirs.close()
         self.sock = ours
-        self.rpc = CriuRpc()
+        self.rpc = _pycriu().criu()
         self.rpc.use_fd(ours.fileno())
         # criu opens these through /proc/<our pid>/fd, so they stay ours
         self.fds = [os.open(images_dir, os.O_DIRECTORY), os.open(log_path.parent, os.O_DIRECTORY)]
@@ -109,13 +115,14 @@ def _failure(what: str, exc: Exception, log_path: Path,
 
 def dump(root_pid: int, images_dir: Path, log_path: Path, *, leave_running: bool,
          external: list[str]) -> None:
+    pycriu = _pycriu()
     session = _Session(images_dir, log_path)
     try:
         session.rpc.opts.pid = root_pid
         session.rpc.opts.leave_running = leave_running
         session.rpc.opts.external.extend(external)
         session.rpc.dump()
-    except CRIUException as exc:
+    except pycriu.CRIUException as exc:
         raise _failure("dump", exc, log_path, session) from None
     finally:
         session.close()
@@ -168,6 +175,7 @@ _FIXES = (_unpin_external_file, _rearm_fired_timerfd)
 def fix_files_image(images_dir: Path) -> int:
     """Correct files.img after a dump, each fix for one problem (above).
     Returns the number of entries changed."""
+    pycriu = _pycriu()
     path = images_dir / "files.img"
     with open(path, "rb") as f:
         img = pycriu.images.load(f)
@@ -185,6 +193,7 @@ def restore(images_dir: Path, log_path: Path, *, inherit: list[tuple[int, str]],
     """Restore the tree as a child of this process (restore-sibling) and
     return the root's pid.  terminal: the fd a shell job's terminal is
     inherited from (criu's stdin)."""
+    pycriu = _pycriu()
     session = _Session(images_dir, log_path, stdin=terminal,
                        pass_fds=tuple(fd for fd, _ in inherit))
     try:
@@ -192,7 +201,7 @@ def restore(images_dir: Path, log_path: Path, *, inherit: list[tuple[int, str]],
         for fd, key in inherit:
             session.rpc.opts.inherit_fd.add(fd=fd, key=key)
         return int(session.rpc.restore().pid)
-    except CRIUException as exc:
+    except pycriu.CRIUException as exc:
         raise _failure("restore", exc, log_path) from None
     finally:
         session.close()
@@ -236,6 +245,7 @@ def link_remaps(images_dir: Path) -> list[tuple[str, str]]:
     """(link CRIU reopens through, the removed name it stands for) of each
     file the dump saw mapped through a removed name.  A dump that leaves
     the tree running removes those links again; a restart needs them."""
+    pycriu = _pycriu()
     try:
         with open(images_dir / "remap-fpath.img", "rb") as f:
             remaps = pycriu.images.load(f)["entries"]

@@ -20,8 +20,6 @@ import socket
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from pyroute2 import DiagSocket
-
 from dmtcp_py import procfs
 
 # options that describe how the program set its socket up (restored on a
@@ -72,6 +70,10 @@ def tree_sockets(pids: list[int]) -> dict[int, dict[int, int]]:
 
 def unix_peers() -> dict[int, int]:
     """Every Unix socket of this network namespace: inode -> peer inode (0: none)."""
+    # imported here, at checkpoint time: pyroute2 takes ~100 ms to import,
+    # which every dmtcp-launch would pay at start-up otherwise
+    from pyroute2 import DiagSocket
+
     with DiagSocket() as diag:
         diag.bind()
         answer = diag.get_sock_stats(family=socket.AF_UNIX)

@@ -31,8 +31,13 @@ from dmtcp_py.protocol import codec, messages
 log = logging.getLogger("agent")
 
 JOIN_TIMEOUT = 10.0
-SHIM_TIMEOUT = 10.0
-COMMIT_TIMEOUT = 30.0  # a stopped tree's agent waits this long for the commit   # a process that does not answer its agent in this time is stuck
+SHIM_TIMEOUT = 10.0    # a process that does not answer its agent in this time is stuck
+COMMIT_TIMEOUT = 30.0  # a stopped tree's agent waits this long for the commit
+# The coordinator hears of the tree's processes at most this often: a
+# program that forks and execs in a loop makes and ends several shim
+# connections per child, and describing every process and telling the
+# coordinator each time cost more than the fork itself.
+PEERS_REPORT_DELAY = 0.05
 REJOIN_EVERY = 1.0     # seconds between attempts to reach a coordinator that went away
 PROGRESS_EVERY = 0.25  # seconds between progress reports while CRIU writes
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -48,6 +53,17 @@ async def _test_hold(state: str) -> None:
 
 # where Open MPI, PMIx and MPICH's Hydra tell a process its rank
 _RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
+
+
+def _describe(pid: int) -> list:
+    """[pid, name] or [pid, name, MPI rank], as `dmtcp-command -l` shows it."""
+    try:
+        proc = psutil.Process(pid)
+        entry = [pid, proc.name()]
+    except psutil.Error:
+        return [pid, "?"]
+    rank = _mpi_rank(proc)
+    return entry if rank is None else entry + [rank]
 
 
 def _mpi_rank(proc: psutil.Process) -> int | None:
@@ -96,6 +112,7 @@ class Agent:
         self.writer: asyncio.StreamWriter | None = None
         self.expected_pids: set[int] = set()
         self.busy = asyncio.Lock()
+        self._peers_report: asyncio.TimerHandle | None = None  # a report of the processes, due
         self.relays: list[stdio.FileRelay] = []
         # dumped, waiting for the coordinator's word that every tree dumped
         self._to_publish: tuple[int, Path, Path] | None = None
@@ -134,9 +151,7 @@ class Agent:
                 self._link.cancel()
                 raise
         await self.tree.exited.wait()
-        # orphans that came back to us are still the program's processes
-        while self.tree.has_live_processes():
-            await asyncio.sleep(0.2)
+        await self.tree.wait_for_orphans()
         async with self.busy:  # let a reply to the coordinator go out first
             pass
         if self._to_publish is not None:  # a stopped tree's images, say
@@ -252,7 +267,7 @@ class Agent:
                 log.debug("rejoin: %s", exc)
                 continue
             log.warning("rejoined the coordinator as computation %s", self.comp_id)
-            self._peers_changed()
+            self._report_peers()
             await self._coordinator_loop(reader)
             return
 
@@ -292,17 +307,20 @@ class Agent:
         self._send(messages.make("ckpt_request"))
 
     def _peers_changed(self) -> None:
+        """Report the processes once the burst of changes is over."""
+        if self._peers_report is None:
+            self._peers_report = asyncio.get_running_loop().call_later(
+                PEERS_REPORT_DELAY, self._report_peers)
+
+    def _report_peers(self) -> None:
+        if self._peers_report is not None:
+            self._peers_report.cancel()
+            self._peers_report = None
         procs = []
-        for pid in self.shims.pids():
-            try:
-                proc = psutil.Process(pid)
-                entry = [pid, proc.name()]
-                rank = _mpi_rank(proc)
-                if rank is not None:
-                    entry.append(rank)
-                procs.append(entry)
-            except psutil.Error:
-                procs.append([pid, "?"])
+        for shim in sorted(self.shims.shims, key=lambda s: s.pid):
+            if shim.label is None:   # once per connection: a process that execs connects anew
+                shim.label = _describe(shim.pid)
+            procs.append(shim.label)
         self._send(messages.make("peers", count=len(procs), procs=procs))
 
     # ---- the tree ------------------------------------------------------------

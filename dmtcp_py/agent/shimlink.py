@@ -49,6 +49,7 @@ class Shim:
     sock: socket.socket
     replies: asyncio.Queue = field(default_factory=asyncio.Queue)
     parked: list[ParkedFd] = field(default_factory=list)
+    label: list | None = None  # what the coordinator is told of it (the agent fills it in)
 
 
 async def _wait(fileno: int, add, remove) -> None:

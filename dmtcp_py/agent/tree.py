@@ -15,6 +15,20 @@ import psutil
 
 log = logging.getLogger("agent.tree")
 _PR_SET_CHILD_SUBREAPER = 36
+_WALL = 0x40000000  # waitid: children of any kind, as /proc lists them
+ORPHANS_POLL = 0.2  # seconds between looks at the orphans left, besides SIGCHLD
+
+
+def _children() -> bool | None:
+    """Whether this process has children, and whether one has ended, without
+    psutil's scan of every process in /proc (several ms per call, more on a
+    busy host): None when it has none, False when none has ended, True when
+    one waits to be reaped (left waitable: WNOWAIT)."""
+    try:
+        ended = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT | _WALL)
+    except ChildProcessError:
+        return None
+    return ended is not None
 
 
 def become_subreaper() -> None:
@@ -30,6 +44,7 @@ class Tree:
         self.exited = asyncio.Event()
         self._hold = False
         self._pidfd: int | None = None
+        self._child_ended = asyncio.Event()  # set at every SIGCHLD (reap_orphans)
 
     def spawn(self, path: str, argv: list[str], env: dict[str, str]) -> int:
         """posix_spawn: only fds 0-2 are inheritable in this process, so the
@@ -71,7 +86,8 @@ class Tree:
             self.reap_orphans()  # what exited meanwhile
 
     def reap_orphans(self) -> None:
-        if self._hold:
+        self._child_ended.set()
+        if self._hold or not _children():  # no child at all, or none ended
             return
         try:
             children = psutil.Process().children()
@@ -114,7 +130,20 @@ class Tree:
         return out
 
     def has_live_processes(self) -> bool:
-        return bool(self.processes())
+        return _children() is not None and bool(self.processes())
+
+    async def wait_for_orphans(self) -> None:
+        """After the root: until the orphans that came back to us, still the
+        program's processes, are gone.  Each one that ends sends SIGCHLD;
+        the poll only backs that up."""
+        while True:
+            self._child_ended.clear()
+            if not self.has_live_processes():
+                return
+            try:
+                await asyncio.wait_for(self._child_ended.wait(), ORPHANS_POLL)
+            except asyncio.TimeoutError:
+                pass
 
     def reap_all(self, timeout: float = 5.0) -> None:
         """Before the agent exits: collect every child, zombies included.
