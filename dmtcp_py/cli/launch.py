@@ -6,7 +6,6 @@ import gc
 import os
 import shutil
 import sys
-import uuid
 from pathlib import Path
 
 import click
@@ -72,7 +71,7 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, interval, gzip, 
     chosen = ckptdir or os.environ.get("DMTCP_CHECKPOINT_DIR")
     port = ensure_coordinator(coord_host, coord_port, join=join, new=new_coordinator,
                               interval=interval)
-    tree_id = uuid.uuid4().hex[:12]
+    tree_id = os.urandom(6).hex()
     logs.setup(f"agent-{tree_id}")
     cfg = AgentConfig(coord_host=coord_host, coord_port=port, token=resolve_token(port),
                       ckptdir=Path(chosen).resolve() if chosen else None, tree_id=tree_id, program=os.path.basename(program),

@@ -25,7 +25,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
-import zstandard
 
 from dmtcp_py.errors import ImageError
 
@@ -37,6 +36,8 @@ CHUNK = 1 << 20
 
 def compress(directory: Path) -> bool:
     """Compress every pages-*.img of directory in place; True if any."""
+    import zstandard  # here: ~10 ms that a launch without --gzip need not pay
+
     # a frame checksum, so that a flipped byte is an error, never wrong memory
     compressor = zstandard.ZstdCompressor(level=LEVEL, threads=-1, write_checksum=True)
     done = False
@@ -62,6 +63,8 @@ def _view_parent(directory: Path, packed: list[Path]) -> Path:
 
 
 def _decompress(src: Path, target: Path) -> None:
+    import zstandard
+
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with open(src, "rb") as f, os.fdopen(fd, "wb") as dst:
