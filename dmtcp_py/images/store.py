@@ -45,6 +45,13 @@ def _fsync_path(path: Path, directory: bool = False) -> None:
         os.close(fd)
 
 
+def flush_files(directory: Path) -> None:
+    """fsync every file of directory; cheap for files already flushed."""
+    for entry in directory.iterdir():
+        if entry.is_file():
+            _fsync_path(entry)
+
+
 def _exchange(a: Path, b: Path) -> None:
     if _libc.renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b),
                        _RENAME_EXCHANGE) != 0:
@@ -93,9 +100,7 @@ def publish(partial: Path, final: Path) -> list[Path]:
     out of the way under hidden names: deleting a GiB-sized image takes
     about half a second here, so the caller does it after replying."""
     os.chmod(partial, 0o700)
-    for entry in partial.iterdir():
-        if entry.is_file():
-            _fsync_path(entry)
+    flush_files(partial)
     _fsync_path(partial, directory=True)
     parent = final.parent
     if final.exists():
