@@ -21,7 +21,7 @@ unit: setup
 	@$(VENV)/bin/python -m pytest tests/unit
 
 bench: setup
-	@$(VENV)/bin/python scripts/bench_checkpoint.py
+	@$(VENV)/bin/python scripts/bench/run.py
 
 clean:
 	@$(MAKE) -s -C hijack clean

@@ -20,7 +20,7 @@ coordinator's --ckptdir) that is removed at the end; the coordinator is
 stopped by pid, also on failure or Ctrl-C.  Progress goes to stderr, the
 table to stdout.
 
-    .venv/bin/python scripts/bench_barrier.py [--agents 1,100,1000] [--rounds 20]
+    .venv/bin/python scripts/bench/bench_barrier.py [--agents 1,100,1000] [--rounds 20]
         [--profile-dir DIR]   # run the coordinator under cProfile, DIR/coordinator-N.prof
 """
 from __future__ import annotations

@@ -24,7 +24,7 @@ DMTCP_TMPDIR, the test program) and is removed at the end, also on failure
 or Ctrl-C; only processes started here are killed, by pid.  Coordinators use
 ports 7950-7999.  Progress goes to stderr, the table to stdout.
 
-    .venv/bin/python scripts/bench_checkpoint.py [--size-mib 1024] [--runs 3]
+    .venv/bin/python scripts/bench/bench_checkpoint.py [--size-mib 1024] [--runs 3]
 """
 from __future__ import annotations
 
@@ -146,9 +146,12 @@ class Workspace:
     port_range = PORTS  # a benchmark of its own may take another
 
     def free_port(self) -> int:
+        """A port nobody listens on; one of ours is used again once its
+        coordinator is gone (a long benchmark starts many)."""
         for port in self.port_range:
-            if port not in self.ports and _port_free(port):
-                self.ports.append(port)
+            if _port_free(port):
+                if port not in self.ports:
+                    self.ports.append(port)
                 return port
         raise BenchError(f"no free port in {self.port_range.start}-{self.port_range.stop - 1}")
 
@@ -242,10 +245,27 @@ def timed(fn, *args):
     return time.monotonic() - start, result
 
 
-def settle() -> None:
-    """Write back dirty pages left by the previous step (not timed), so no
-    measurement pays for another one's writeback."""
+def settle(warm_mib: int = 0) -> None:
+    """Before a measurement (not timed): write back the dirty pages the
+    previous step left, so that no measurement pays for another's
+    writeback; then write and delete warm_mib MiB in the page cache.
+
+    Why the second part: this VM hands memory the guest frees back to its
+    host (free page reporting), and the next first touch of it is slow:
+    dd of 2 GiB into the page cache took 4-5 s cold and 0.4 s right after
+    2 GiB were freed. Whichever of ours and raw CRIU ran second used the
+    pages the first had just freed, and the ratios measured the VM. Now
+    each measurement starts with that much memory freed just before."""
     os.sync()
+    if warm_mib:
+        path = Path(BENCH_PARENT) / f".warm-{os.getpid()}"
+        zeros = bytes(1 << 20)
+        try:
+            with open(path, "wb") as f:
+                for _ in range(warm_mib):
+                    f.write(zeros)
+        finally:
+            path.unlink(missing_ok=True)
 
 
 def compile_program(workdir: Path) -> Path:
@@ -400,8 +420,10 @@ def dd(target: Path, size_mib: int, *conv: str) -> None:
 # Both programs are fresh in every round and alive during both dumps, and
 # both restored programs are alive until both restores are done, so that
 # ours and raw CRIU meet the same memory state.  Which goes first alternates
-# between rounds: in this VM the same 1 GiB dump took CRIU from 0.7 to 2.5 s
-# (its own frozen_time), apparently depending on what ran just before.
+# between rounds, and each measurement starts with as much memory freed just
+# before (settle): in this VM the same 1 GiB dump took CRIU from 0.7 to 2.5 s
+# (its own frozen_time), depending on whether the page cache it wrote into
+# was memory freed moments before or memory the host had taken back.
 
 @dataclass
 class Samples:
@@ -412,8 +434,8 @@ class Samples:
         self.values.setdefault(key, []).append(seconds)
 
 
-def checkpoint_ours(comp: Computation, samples: Samples) -> None:
-    settle()
+def checkpoint_ours(comp: Computation, samples: Samples, warm_mib: int) -> None:
+    settle(warm_mib)
     wall, reported = timed(our_checkpoint, comp)
     samples.add("ckpt", wall)
     samples.add("ckpt_reported", reported)
@@ -421,8 +443,8 @@ def checkpoint_ours(comp: Computation, samples: Samples) -> None:
     progress(f"  ours: checkpoint {wall:.3f} s (coordinator says {reported:.3f} s)")
 
 
-def dump_raw(direct: subprocess.Popen, images: Path, samples: Samples) -> None:
-    settle()
+def dump_raw(direct: subprocess.Popen, images: Path, samples: Samples, warm_mib: int) -> None:
+    settle(warm_mib)
     dump_s = timed(raw_dump, direct.pid, images)[0]
     fsync_s = timed(fsync_all, images)[0]   # what publication does to make our images durable
     samples.add("raw_dump", dump_s)
@@ -431,8 +453,8 @@ def dump_raw(direct: subprocess.Popen, images: Path, samples: Samples) -> None:
     progress(f"  raw:  dump {dump_s:.3f} s (+ fsync {fsync_s:.3f} s)")
 
 
-def restart_ours(ws: Workspace, image: Path, samples: Samples) -> Computation:
-    settle()
+def restart_ours(ws: Workspace, image: Path, samples: Samples, warm_mib: int) -> Computation:
+    settle(warm_mib)
     wall, comp = timed(restart, ws, image)
     samples.add("restart", wall)
     samples.add("restart_criu", criu_seconds(run_dir() / "stats-restore", "restore",
@@ -441,8 +463,8 @@ def restart_ours(ws: Workspace, image: Path, samples: Samples) -> Computation:
     return comp
 
 
-def restore_raw(ws: Workspace, images: Path, samples: Samples) -> psutil.Process:
-    settle()
+def restore_raw(ws: Workspace, images: Path, samples: Samples, warm_mib: int) -> psutil.Process:
+    settle(warm_mib)
     seconds, pid = timed(raw_restore, images)
     samples.add("raw_restore", seconds)
     samples.add("raw_restore_criu", criu_seconds(images / "stats-restore", "restore",
@@ -464,7 +486,7 @@ def in_order(ours_first: bool, ours, raw) -> tuple:
 def measure_dd(ws: Workspace, size_mib: int, samples: Samples) -> None:
     target = ws.base / "ddfile"
     for key, conv in (("dd", ()), ("dd_sync", ("conv=fdatasync",))):
-        settle()
+        settle(size_mib)
         seconds = timed(dd, target, size_mib, *conv)[0]
         target.unlink()    # not timed: unlinking 1 GiB costs ~0.5 s on this disk
         samples.add(key, seconds)
@@ -477,15 +499,16 @@ def one_round(ws: Workspace, program: Path, size_mib: int, ours_first: bool,
     comp = launch(ws, program, size_mib, ckptdir)
     direct = start_direct(ws, program, size_mib)
     samples.add("cli", timed(command, comp.port, "-s")[0])
-    in_order(ours_first, lambda: checkpoint_ours(comp, samples),
-             lambda: dump_raw(direct, images, samples))
+    warm = size_mib     # as much as the images, or the restored memory, take (settle)
+    in_order(ours_first, lambda: checkpoint_ours(comp, samples, warm),
+             lambda: dump_raw(direct, images, samples, warm))
     stop(comp)
     direct.kill()        # the restored processes take the same pids
     direct.wait(EXIT_TIMEOUT)
     image = image_of(ckptdir)
     samples.image_bytes = sum(f.stat().st_size for f in image.iterdir())
-    comp, restored = in_order(ours_first, lambda: restart_ours(ws, image, samples),
-                              lambda: restore_raw(ws, images, samples))
+    comp, restored = in_order(ours_first, lambda: restart_ours(ws, image, samples, warm),
+                              lambda: restore_raw(ws, images, samples, warm))
     stop(comp)
     _kill(restored)
     measure_dd(ws, size_mib, samples)

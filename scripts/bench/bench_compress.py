@@ -12,20 +12,19 @@ Everything lives under /var/tmp/dmtcp-bench-<pid>-<random> and is removed
 at the end; only processes started here are killed, by pid.  Coordinators
 use ports 7850-7899.
 
-    .venv/bin/python scripts/bench_compress.py [--size-mib 1024] [--runs 3]
+    .venv/bin/python scripts/bench/bench_compress.py [--size-mib 1024] [--runs 3]
 """
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_checkpoint as bc  # noqa: E402  (helpers shared with the checkpoint benchmark)
-from bench_checkpoint import progress, run_checked, settle, wait_until  # noqa: E402
+import bench_checkpoint as bc  # helpers shared with the checkpoint benchmark
+from bench_checkpoint import progress, run_checked, settle, wait_until
+from report import Row, markdown
 
-from dmtcp_py.paths import run_dir  # noqa: E402
+from dmtcp_py.paths import run_dir
 
 PORTS = range(7850, 7900)
 TIME_BUDGET = 540
@@ -95,13 +94,13 @@ def one(ws: Workspace, program: Path, size_mib: int, mode: str, samples: dict) -
     comp = bc.start_ours(ws, ["dmtcp-launch", mode, "--ckptdir", str(ckptdir), str(program),
                               str(size_mib)], out, "the launched program")
     wait_until(lambda: bc.printed_ready(out), "the program to fill its memory", bc.READY_TIMEOUT)
-    settle()
+    settle(size_mib)
     wall, _ = bc.timed(bc.our_checkpoint, comp)
     frozen = bc.criu_seconds(run_dir() / "stats-dump", "dump", "frozen_time")
     image = bc.image_of(ckptdir)
     size = sum(f.stat().st_size for f in image.iterdir() if f.is_file())
     bc.stop(comp)
-    settle()
+    settle(size_mib)
     restart, comp = bc.timed(bc.restart, ws, image)
     bc.stop(comp)
     ws.ports.clear()
@@ -112,23 +111,23 @@ def one(ws: Workspace, program: Path, size_mib: int, mode: str, samples: dict) -
              f"restart {restart:.3f} s")
 
 
-def table(samples: dict, size_mib: int, runs: int) -> str:
+def measure(ws: bc.Workspace, program: Path, size_mib: int, runs: int) -> dict:
+    """samples[mode][key]: every mode once a run, alternating which goes first."""
+    samples: dict = {}
+    for run in range(runs):
+        for mode in (MODES if run % 2 == 0 else MODES[::-1]):
+            one(ws, program, size_mib, mode, samples)
+    return samples
+
+
+def rows(samples: dict, size_mib: int) -> list[Row]:
     plain, packed = samples["--no-gzip"], samples["--gzip"]
-    lines = [f"{size_mib} MiB of mixed data (random, text, floating point, zeros), {runs} runs; "
-             "median (min-max); ratio = --gzip / --no-gzip",
-             f"{'measurement':<34} {'--no-gzip':>22} {'--gzip (zstd)':>22} {'ratio':>7}"]
-    for key, label, unit in (("bytes", "image size", "MiB"), ("ckpt", "checkpoint (-bc), wall", "s"),
-                             ("frozen", "program stopped (CRIU frozen)", "s"),
-                             ("restart", "restart until under control", "s")):
-        scale = 2**20 if unit == "MiB" else 1
-
-        def cell(values):
-            med = statistics.median(values) / scale
-            return f"{med:8.2f} ({min(values) / scale:.2f}-{max(values) / scale:.2f}) {unit}"
-
-        ratio = statistics.median(packed[key]) / statistics.median(plain[key])
-        lines.append(f"{label:<34} {cell(plain[key]):>22} {cell(packed[key]):>22} {ratio:6.2f}x")
-    return "\n".join(lines)
+    section = f"compression ({size_mib} MiB of mixed data)"
+    return [Row(section, f"--gzip: {label}", packed[key], plain[key], "--no-gzip", unit)
+            for key, label, unit in (("bytes", "image size", "MiB"),
+                                     ("ckpt", "checkpoint (-bc), wall", "s"),
+                                     ("frozen", "program stopped (CRIU frozen)", "s"),
+                                     ("restart", "restart until under control", "s"))]
 
 
 def main() -> int:
@@ -141,11 +140,7 @@ def main() -> int:
 
     def work() -> str:
         program = compile_program(ws)
-        samples: dict = {}
-        for run in range(args.runs):
-            for mode in (MODES if run % 2 == 0 else MODES[::-1]):
-                one(ws, program, args.size_mib, mode, samples)
-        return table(samples, args.size_mib, args.runs)
+        return markdown(rows(measure(ws, program, args.size_mib, args.runs), args.size_mib))
 
     return bc.run_guarded("bench_compress", ws, work, TIME_BUDGET)
 

@@ -40,7 +40,7 @@ every round and closed at its end; every socket is closed at the end, also on
 failure or Ctrl-C.  Progress goes to stderr, the table to stdout.  The whole
 run gives up after TIME_BUDGET seconds.
 
-    .venv/bin/python scripts/bench_drain.py [--conns 100] [--mib 4] [--runs 3]
+    .venv/bin/python scripts/bench/bench_drain.py [--conns 100] [--mib 4] [--runs 3]
         [--direction both|one] [--unix]
         [--profile FILE]   # cProfile the drain and refill phases (slows them)
 """

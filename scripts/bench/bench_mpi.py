@@ -19,7 +19,7 @@ the end, also on failure or Ctrl-C; only processes started here are killed,
 by pid.  Coordinators use ports 7900-7949.  Progress on stderr, the table on
 stdout.
 
-    .venv/bin/python scripts/bench_mpi.py [--runs 3] [--rank-mib 256] [--iterations 200000]
+    .venv/bin/python scripts/bench/bench_mpi.py [--runs 3] [--rank-mib 256] [--iterations 200000]
 """
 from __future__ import annotations
 
@@ -32,9 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(1, str(HERE.parent))  # the tests' MPI definitions and solver
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(1, str(REPO))  # the tests' MPI definitions and solver
 import bench_checkpoint as bc  # noqa: E402  (helpers shared with the checkpoint benchmark)
 from bench_checkpoint import BenchError, progress, run_checked, settle, wait_until  # noqa: E402
 

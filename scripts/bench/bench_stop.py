@@ -30,7 +30,7 @@ what is left of the processes started here is killed by pid.  Coordinators
 use ports 7960-7999.  Progress goes to stderr, the table to stdout.  The
 whole run gives up after TIME_BUDGET seconds.
 
-    .venv/bin/python scripts/bench_stop.py [--procs 1,8,32] [--mib 64] [--runs 3]
+    .venv/bin/python scripts/bench/bench_stop.py [--procs 1,8,32] [--mib 64] [--runs 3]
 """
 from __future__ import annotations
 
@@ -45,12 +45,11 @@ from pathlib import Path
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_checkpoint as bc  # noqa: E402  (helpers shared with the checkpoint benchmark)
-from bench_checkpoint import BenchError, progress, run_checked, settle, wait_until  # noqa: E402
+import bench_checkpoint as bc  # helpers shared with the checkpoint benchmark
+from bench_checkpoint import BenchError, progress, run_checked, settle, wait_until
 
-from dmtcp_py.client import coordinator_alive  # noqa: E402
-from dmtcp_py.paths import run_dir  # noqa: E402
+from dmtcp_py.client import coordinator_alive
+from dmtcp_py.paths import run_dir
 
 PORTS = range(7960, 8000)
 TIME_BUDGET = 280           # seconds for the whole run: it must end by itself
@@ -286,6 +285,37 @@ def launch(ws: Workspace, program: Path, procs: int, mib: int) -> Tree:
     return tree
 
 
+def start_direct(ws: Workspace, program: Path, procs: int, mib: int) -> list[psutil.Process]:
+    """The same tree outside our control, in a session of its own (so raw
+    CRIU needs no --shell-job); its processes, root first, once all filled
+    their memory."""
+    out = ws.base / f"direct-{procs}.out"
+    out.unlink(missing_ok=True)
+    root = ws.spawn([str(program), str(mib), str(procs)], out, start_new_session=True)
+    ready: set[int] = set()
+
+    def all_ready() -> bool:
+        if root.poll() is not None:
+            raise BenchError(f"the directly started tree exited with {root.returncode}")
+        ready.update(int(w[1]) for w in (ln.split() for ln in out.read_text().splitlines())
+                     if len(w) == 3 and w[0] == "ready")
+        return len(ready) == procs
+
+    wait_until(all_ready, f"{procs} direct processes to fill their memory", READY_TIMEOUT)
+    return [ws.adopt(root.pid)] + [ws.adopt(pid) for pid in sorted(ready - {root.pid})]
+
+
+def raw_dump_tree(root: int, images: Path) -> tuple[float, float, float]:
+    """`criu dump --leave-running` of a whole tree: (wall seconds, the same
+    plus an fsync of every image file, CRIU frozen seconds); the images are
+    removed afterwards."""
+    seconds = bc.timed(bc.raw_dump, root, images)[0]
+    durable = seconds + bc.timed(bc.fsync_all, images)[0]
+    frozen = bc.criu_seconds(images / "stats-dump", "dump", "frozen_time")
+    bc._remove(images)
+    return seconds, durable, frozen
+
+
 # ---- the measurements --------------------------------------------------------------
 
 @dataclass
@@ -310,7 +340,7 @@ def frozen_time() -> float | None:
 
 
 def one_run(tree: Tree, result: Result, index: int, runs: int) -> None:
-    settle()
+    settle(result.total_mib)
     tree.gaps()                           # a fresh maximum from here
     time.sleep(BASELINE_S)
     baseline = max(tree.gaps().values())

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Run-time overhead and start-up cost of running under dmtcp-launch.
+
+Run-time: programs/overhead.c runs four workloads, each timing only its own
+loop (so start-up is not counted), natively and under `dmtcp-launch --join`
+against a coordinator started once for the whole benchmark:
+
+  compute    integer and floating-point arithmetic, no system calls
+  pingpong   64-byte round trips over a loopback TCP connection between a
+             process and its forked child (both under the shim)
+  forkexec   fork + exec(/bin/true) + waitpid in a loop (every child and
+             every exec'd program gets the shim and its checkpoint thread)
+  threads    pthread_create + pthread_join in a loop
+
+Start-up: wall time of `/bin/true` against `dmtcp-launch --join /bin/true`
+(a coordinator is running, as for every tree of an MPI job) and against
+`dmtcp-launch /bin/true` with no coordinator (it starts one, which exits
+with the computation).
+
+Each pair runs --runs times, native and ours alternating which goes first.
+Everything lives under /var/tmp/dmtcp-bench-<pid>-<random> and is removed
+at the end; only processes started here are killed, by pid.  Coordinators
+use ports 7900-7949.
+
+    .venv/bin/python scripts/bench/bench_overhead.py [--runs 5]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+import bench_checkpoint as bc
+from bench_checkpoint import BenchError, progress, run_checked, timed, wait_until
+import report
+from report import Row, Target
+
+PORTS = range(7900, 7950)
+TIME_BUDGET = 300
+SOURCE = Path(__file__).resolve().parent / "programs" / "overhead.c"
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    what: str
+    count: int      # loop rounds: about a second natively on this machine
+    target: Target
+
+
+WORKLOADS = (
+    Workload("compute", "compute loop", 600_000, Target(1.01, 0.0, "< 1%")),
+    Workload("pingpong", "TCP ping-pong, 64 B", 10_000, Target(1.05, 0.0, "< 5%")),
+    Workload("forkexec", "fork + exec /bin/true", 1_000, Target(1.20, 0.0, "< 20%")),
+    Workload("threads", "pthread_create + join", 10_000, None),
+)
+LAUNCH_SLACK = 0.150   # seconds dmtcp-launch may add to a program's start
+
+
+class Workspace(bc.Workspace):
+    port_range = PORTS
+
+
+def compile_program(ws: bc.Workspace) -> Path:
+    binary = ws.base / "overhead"
+    run_checked(["cc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread",
+                 "-o", str(binary), str(SOURCE)])
+    return binary
+
+
+def start_coordinator(ws: bc.Workspace) -> int:
+    """A coordinator of our own, in the background; its port."""
+    port = ws.free_port()
+    run_checked([str(bc.BIN / "dmtcp-coordinator"), "-p", str(port), "--daemon", "-q",
+                 "--ckptdir", str(ws.base)])
+    wait_until(lambda: bc.coordinator_status(port) is not None, "the coordinator", bc.OP_TIMEOUT)
+    for conn in psutil.net_connections("tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid:
+            ws.adopt(conn.pid)      # killed by pid should `-q` fail at cleanup
+    return port
+
+
+def loop_seconds(argv: list[str]) -> float:
+    """What the workload says its loop took."""
+    out = run_checked(argv)
+    for line in out.splitlines():
+        words = line.split()
+        if len(words) == 2 and words[0] == "seconds":
+            return float(words[1])
+    raise BenchError(f"{' '.join(argv)}: no 'seconds' line in {out.strip()!r}")
+
+
+def joined(port: int, ws: bc.Workspace) -> list[str]:
+    return [str(bc.BIN / "dmtcp-launch"), "-j", "-p", str(port), "--ckptdir", str(ws.base)]
+
+
+def measure_runtime(ws: bc.Workspace, program: Path, port: int, runs: int) -> list[Row]:
+    native = {w.name: [] for w in WORKLOADS}
+    ours = {w.name: [] for w in WORKLOADS}
+    for index in range(runs):
+        for w in WORKLOADS:
+            argv = [str(program), w.name, str(w.count)]
+            o, n = bc.in_order(index % 2 == 1, lambda: loop_seconds(joined(port, ws) + argv),
+                               lambda: loop_seconds(argv))
+            native[w.name].append(n)
+            ours[w.name].append(o)
+            progress(f"  run {index + 1}/{runs} {w.name}: native {n:.3f} s, ours {o:.3f} s")
+    return [Row("run-time overhead", f"{w.what} ({w.count:,} rounds)", ours[w.name],
+                native[w.name], "same program natively", "s", w.target)
+            for w in WORKLOADS]
+
+
+def measure_startup(ws: bc.Workspace, port: int, runs: int) -> list[Row]:
+    true = ["/bin/true"]
+    native, join, alone = [], [], []
+    for index in range(runs):
+        native.append(timed(run_checked, true)[0])
+        join.append(timed(run_checked, joined(port, ws) + true)[0])
+        own = ws.free_port()    # dmtcp-launch starts a coordinator here; it exits with /bin/true
+        alone.append(timed(run_checked, [str(bc.BIN / "dmtcp-launch"), "-p", str(own),
+                                         "--ckptdir", str(ws.base), *true])[0])
+        progress(f"  run {index + 1}/{runs} start-up: native {native[-1] * 1e3:.1f} ms, "
+                 f"--join {join[-1] * 1e3:.1f} ms, own coordinator {alone[-1] * 1e3:.1f} ms")
+    target = Target(1.0, LAUNCH_SLACK, f"< native + {LAUNCH_SLACK * 1e3:.0f} ms")
+    return [Row("start-up", "dmtcp-launch --join /bin/true (a coordinator runs)", join, native,
+                "/bin/true", "ms", target),
+            Row("start-up", "dmtcp-launch /bin/true (starts its coordinator)", alone, native,
+                "/bin/true", "ms", target)]
+
+
+def measure(ws: bc.Workspace, runs: int) -> list[Row]:
+    program = compile_program(ws)
+    port = start_coordinator(ws)
+    progress("run-time overhead: native against dmtcp-launch --join")
+    rows = measure_runtime(ws, program, port, runs)
+    progress("start-up: /bin/true against dmtcp-launch /bin/true")
+    rows += measure_startup(ws, port, 2 * runs)
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", type=int, default=5, help="runs of each workload")
+    args = p.parse_args()
+    if args.runs < 1:
+        p.error("--runs must be at least 1")
+    ws = Workspace()
+    return bc.run_guarded("bench_overhead", ws, lambda: report.markdown(measure(ws, args.runs)),
+                          TIME_BUDGET)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
