@@ -1,12 +1,15 @@
 """A blocking client of the coordinator, for dmtcp-command and friends."""
 from __future__ import annotations
 
+import collections
 import os
 import socket
+from collections.abc import Callable
 
 from dmtcp_py.errors import CoordinatorUnreachable, UserError
 from dmtcp_py.paths import token_file
 from dmtcp_py.protocol import codec, messages
+from dmtcp_py.protocol.messages import Cmd, Command, Hello, Message, Progress, Refused, Reply, Role
 
 
 def resolve_token(port: int) -> str:
@@ -29,33 +32,33 @@ class CoordinatorClient:
             raise CoordinatorUnreachable(
                 f"no coordinator at {host}:{port} ({exc.strerror or exc})") from None
         self.sock.settimeout(10.0)  # a coordinator answers hello at once
-        self._decoder = codec.Decoder()
-        self._pending: list[dict] = []
-        welcome = self.request(messages.make("hello", role="client", token=resolve_token(port)))
+        self._reader = messages.Reader()
+        self._pending: collections.deque[Message] = collections.deque()
+        welcome = self.request(Hello(role=Role.CLIENT, token=resolve_token(port)))
         self.sock.settimeout(timeout)
-        if welcome["type"] == "refused":
+        if isinstance(welcome, Refused):
             self.close()
-            raise UserError(f"coordinator at {host}:{port} refused us: {welcome['error']}")
+            raise UserError(f"coordinator at {host}:{port} refused us: {welcome.error}")
 
-    def request(self, message: dict) -> dict:
+    def request(self, message: Message) -> Message:
         self._send(message)
         return self._next()
 
-    def _send(self, message: dict) -> None:
+    def _send(self, message: Message) -> None:
         try:
-            self.sock.sendall(codec.encode(message))
+            self.sock.sendall(messages.encode(message))
         except OSError as exc:
             raise CoordinatorUnreachable(
                 f"lost the coordinator at {self.host}:{self.port}: {exc}") from None
 
-    def _next(self) -> dict:
+    def _next(self) -> Message:
         try:
             while not self._pending:
                 data = self.sock.recv(65536)
                 if not data:
                     raise CoordinatorUnreachable(
                         f"coordinator at {self.host}:{self.port} closed the connection")
-                self._pending.extend(self._decoder.feed(data))
+                self._pending.extend(self._reader.feed(data))
         except socket.timeout:
             raise CoordinatorUnreachable(
                 f"coordinator at {self.host}:{self.port} did not answer") from None
@@ -65,24 +68,36 @@ class CoordinatorClient:
         except OSError as exc:
             raise CoordinatorUnreachable(
                 f"lost the coordinator at {self.host}:{self.port}: {exc}") from None
-        try:
-            return messages.validate(self._pending.pop(0))
-        except messages.MessageError as exc:
-            raise CoordinatorUnreachable(
-                f"{self.host}:{self.port} is not a dmtcp coordinator ({exc})") from None
+        return self._pending.popleft()
 
-    def command_watching(self, cmd: str, on_progress, **fields) -> dict:
+    def _reply(self, message: Message) -> Reply:
+        if not isinstance(message, Reply):
+            raise CoordinatorUnreachable(
+                f"{self.host}:{self.port} answered a command with {message.TYPE!r}")
+        return message
+
+    def command_watching(self, cmd: Cmd, on_progress: Callable[[Progress], object],
+                         **fields) -> Reply:
         """A command whose answer may be preceded by progress messages, each
         given to on_progress."""
-        self._send(messages.make("command", cmd=cmd, progress=True, **fields))
-        while True:
-            message = self._next()
-            if message["type"] != "progress":
-                return message
+        self._send(self._command(cmd, progress=True, **fields))
+        message = self._next()
+        while isinstance(message, Progress):
             on_progress(message)
+            message = self._next()
+        return self._reply(message)
 
-    def command(self, cmd: str, **fields) -> dict:
-        return self.request(messages.make("command", cmd=cmd, **fields))
+    def command(self, cmd: Cmd, **fields) -> Reply:
+        """One command (the fields of messages.Command) and its reply."""
+        self._send(self._command(cmd, **fields))
+        return self._reply(self._next())
+
+    @staticmethod
+    def _command(cmd: Cmd, **fields) -> Command:
+        try:
+            return Command(cmd=cmd, **fields)
+        except messages.MessageError as exc:  # e.g. an interval of inf or nan seconds
+            raise UserError(f"cannot send {cmd.value}: {exc}") from None
 
     def close(self) -> None:
         self.sock.close()

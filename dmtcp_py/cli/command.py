@@ -10,7 +10,8 @@ from dmtcp_py import __version__
 from dmtcp_py.cli.common import CONTEXT, coord_host_option, coord_port_option, run
 from dmtcp_py.client import CoordinatorClient
 from dmtcp_py.errors import UserError
-from dmtcp_py.listing import proc_lines
+from dmtcp_py.listing import proc_lines, status_lines
+from dmtcp_py.protocol.messages import Cmd, Progress, Reply
 
 
 @click.command(context_settings=CONTEXT)
@@ -40,45 +41,39 @@ def cli(coord_host, coord_port, action, interval, as_json):
     blocking = action in ("bcheckpoint", "kcheckpoint")
     with CoordinatorClient(coord_host, coord_port, timeout=None if blocking else 30.0) as client:
         if action in ("status", "list"):
-            reply = client.command(action)
-            return _print_status(reply, coord_host, coord_port, as_json, listing=action == "list")
+            reply = client.command(Cmd(action))
+            return _print_status(reply.body, coord_host, coord_port, as_json,
+                                 listing=action == "list")
         if action in ("checkpoint", "bcheckpoint", "kcheckpoint"):
             reply = _checkpoint(client, blocking=blocking, stop=action == "kcheckpoint")
         elif action == "interval":
-            reply = client.command("interval", seconds=interval)
+            reply = client.command(Cmd.INTERVAL, seconds=interval)
         else:
-            reply = client.command(action)
-    if not reply["ok"]:
-        raise UserError(reply.get("error") or f"{action} failed")
+            reply = client.command(Cmd(action))
+    if not reply.ok:
+        raise UserError(reply.error or f"{action} failed")
+    body = reply.body
     if blocking:
-        click.echo(f"checkpoint {reply['generation']} done: {reply['trees']} trees, "
-                   f"{reply.get('processes', 0)} processes, "
-                   f"{reply['bytes']} bytes, {reply['duration']:.3f} s"
+        click.echo(f"checkpoint {body['generation']} done: {body['trees']} trees, "
+                   f"{body.get('processes', 0)} processes, "
+                   f"{body['bytes']} bytes, {body['duration']:.3f} s"
                    + (", computation stopped" if action == "kcheckpoint" else ""))
     elif action == "checkpoint":
-        click.echo(reply.get("note") or f"checkpoint {reply.get('generation')} requested")
+        click.echo(body.get("note") or f"checkpoint {body.get('generation')} requested")
     elif action == "kill":
-        click.echo(f"killed {reply.get('killed', 0)} trees")
+        click.echo(f"killed {body.get('killed', 0)} trees")
     elif action == "interval":
-        click.echo(f"checkpoint interval: {reply['interval']:g} s")
+        click.echo(f"checkpoint interval: {body['interval']:g} s")
     return 0
 
 
 def _print_status(reply: dict, host: str, port: int, as_json: bool, listing: bool) -> int:
-    fields = {k: v for k, v in reply.items() if k not in ("v", "type", "ok")}
+    """reply: the body of a status or list reply (machine.status(), and the trees)."""
     if as_json:
-        click.echo(json.dumps({"host": host, "port": port, **fields}, indent=1, sort_keys=True))
+        click.echo(json.dumps({"host": host, "port": port, **reply}, indent=1, sort_keys=True))
         return 0
     lines = [f"Coordinator: {host}:{port}, computation {reply['comp_id']}",
-             f"NUM_PEERS={reply['num_peers']}",
-             f"RUNNING={'yes' if reply['running'] else 'no'}",
-             f"GENERATION={reply['generation']}",
-             f"CKPT_INTERVAL={reply['checkpoint_interval']:g}"]
-    last = reply.get("last_checkpoint")
-    if last:
-        lines.append(f"LAST_CKPT=generation {last['generation']} "
-                     f"{'ok' if last['ok'] else 'FAILED'} {last['duration']:.3f} s "
-                     f"{last['bytes']} bytes")
+             *status_lines(reply)]
     if listing:
         for t in reply.get("trees", []):
             lines.append(f"{t['host']}  agent {t['agent_pid']}  {t['program']}  {t['state']}")
@@ -89,13 +84,13 @@ def _print_status(reply: dict, host: str, port: int, as_json: bool, listing: boo
     return 0
 
 
-def _checkpoint(client: CoordinatorClient, *, blocking: bool, stop: bool) -> dict:
+def _checkpoint(client: CoordinatorClient, *, blocking: bool, stop: bool) -> Reply:
     """A blocking checkpoint on a terminal shows its progress there."""
     if not (blocking and sys.stderr.isatty()):
-        return client.command("checkpoint", blocking=blocking, stop=stop)
+        return client.command(Cmd.CHECKPOINT, blocking=blocking, stop=stop)
     meter = ProgressLine(sys.stderr)
     try:
-        return client.command_watching("checkpoint", meter.show, blocking=True, stop=stop)
+        return client.command_watching(Cmd.CHECKPOINT, meter.show, blocking=True, stop=stop)
     finally:
         meter.close()
 
@@ -107,12 +102,12 @@ class ProgressLine:
         self.stream = stream
         self.shown = False
 
-    def show(self, note: dict) -> None:
+    def show(self, note: Progress) -> None:
         mib = 1 << 20
-        written, expected = note["written"], max(note["expected"], 1)
-        self.stream.write(f"\rcheckpoint {note['generation']}: {written / mib:.1f} of "
+        written, expected = note.written, max(note.expected, 1)
+        self.stream.write(f"\rcheckpoint {note.generation}: {written / mib:.1f} of "
                           f"{expected / mib:.1f} MiB written ({min(100, 100 * written // expected)}%)"
-                          f", {note.get('reporting', 0)} of {note.get('trees', 0)} trees\x1b[K")
+                          f", {note.reporting} of {note.trees} trees\x1b[K")
         self.stream.flush()
         self.shown = True
 

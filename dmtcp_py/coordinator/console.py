@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-from dmtcp_py.listing import proc_lines
+from dmtcp_py.listing import proc_lines, status_lines
 
 HELP = """Commands:
   l : list the connected trees (host, pid, program, state)
@@ -27,9 +27,8 @@ def handle(line: str, server) -> str | None:
         return HELP
     if cmd == "s":
         st = m.status()
-        return (f"Status: computation {st['comp_id']}, port {server.port}\n"
-                f"  NUM_PEERS={st['num_peers']}\n  RUNNING={'yes' if st['running'] else 'no'}\n"
-                f"  GENERATION={st['generation']}\n  CKPT_INTERVAL={st['checkpoint_interval']:g}")
+        return "\n".join([f"Status: computation {st['comp_id']}, port {server.port}",
+                          *(f"  {line}" for line in status_lines(st, last_checkpoint=False))])
     if cmd == "l":
         rows = m.listing()
         if not rows:

@@ -6,10 +6,32 @@ every decision testable with many simulated agents in memory.
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 from dmtcp_py.coordinator.nameservice import NameService
-from dmtcp_py.protocol import messages
+from dmtcp_py.protocol.messages import (
+    Barrier,
+    CkptRequest,
+    Commit,
+    GenerationDone,
+    Hello,
+    ImageInfo,
+    Kill,
+    Lookup,
+    Message,
+    Peers,
+    ProcInfo,
+    Progress,
+    Publish,
+    Published,
+    Reached,
+    Refused,
+    Relay,
+    Reply,
+    Sockets,
+    Welcome,
+)
 from dmtcp_py.protocol.states import State, next_state
 
 # ---- actions the server carries out -------------------------------------
@@ -17,13 +39,13 @@ from dmtcp_py.protocol.states import State, next_state
 @dataclass(frozen=True)
 class SendAgent:
     agent_id: int
-    message: dict
+    message: Message
 
 
 @dataclass(frozen=True)
 class ReplyClient:
     client_id: int
-    message: dict
+    message: Message  # a Reply, or a Progress to a client that asked for it
 
 
 @dataclass(frozen=True)
@@ -31,7 +53,7 @@ class GenerationComplete:
     """Every tree's images of this generation are published: write the
     restart script."""
     generation: int
-    images: tuple[dict, ...]
+    images: tuple[ImageInfo, ...]
 
 
 @dataclass(frozen=True)
@@ -55,17 +77,22 @@ class Agent:
     tree_id: str
     state: State
     peers: int = 0
-    procs: list = field(default_factory=list)
-    external: list = field(default_factory=list)  # connections leading outside, at the last drain
+    procs: tuple[ProcInfo, ...] = ()
+    external: tuple[str, ...] = ()  # connections leading outside, at the last drain
 
     def label(self) -> str:
         return f"{self.program}@{self.host} (agent pid {self.pid})"
 
 
+class RoundKind(enum.Enum):
+    CHECKPOINT = "checkpoint"
+    RESTART = "restart"
+
+
 @dataclass
 class Round:
     """One checkpoint, or one restart, going through the barriers."""
-    kind: str  # "checkpoint" or "restart"
+    kind: RoundKind
     generation: int
     state: State  # the state whose barrier we are waiting on
     started: float
@@ -77,7 +104,7 @@ class Round:
     watchers: list[int] = field(default_factory=list)  # waiters that asked for progress
     progress: dict[int, tuple[int, int]] = field(default_factory=dict)  # agent -> written, expected
     errors: list[str] = field(default_factory=list)
-    images: dict[int, dict] = field(default_factory=dict)
+    images: dict[int, ImageInfo] = field(default_factory=dict)
     # A checkpoint's trees resume (RUNNING) once every tree is dumped; each
     # agent then makes its images durable and says "published".  The
     # generation is complete when both have happened.
@@ -106,51 +133,44 @@ class CoordinatorMachine:
 
     # ---- agents ----------------------------------------------------------
 
-    def agent_joined(self, agent_id: int, hello: dict, now: float) -> list:
-        """hello was validated by the server (token, version, role)."""
-        restart, rejoin = bool(hello.get("restart")), bool(hello.get("rejoin"))
-        agent = Agent(agent_id, str(hello.get("host", "?")), int(hello.get("pid", 0)),
-                      str(hello.get("program", "?")), str(hello.get("tree_id", "?")),
-                      State.RESTARTING if restart else State.RUNNING)
+    def agent_joined(self, agent_id: int, hello: Hello, now: float) -> list:
+        """hello was checked by the server (token, version, role)."""
+        agent = Agent(agent_id, hello.host, hello.pid, hello.program, hello.tree_id,
+                      State.RESTARTING if hello.restart else State.RUNNING)
         actions: list = []
-        if restart:
+        if hello.restart:
             refusal = self._admit_restart(agent, hello, now)
             if refusal:
-                return [SendAgent(agent_id, messages.make("refused", error=refusal))]
-        elif rejoin:
+                return [SendAgent(agent_id, Refused(error=refusal))]
+        elif hello.rejoin:
             refusal = self._admit_rejoin(hello)
             if refusal:
-                return [SendAgent(agent_id, messages.make("refused", error=refusal))]
+                return [SendAgent(agent_id, Refused(error=refusal))]
         self.agents[agent_id] = agent
         self._ever_had_agents = True
-        actions.append(SendAgent(agent_id, messages.make(
-            "welcome", comp_id=self.comp_id, agent_id=agent_id, generation=self.generation,
+        actions.append(SendAgent(agent_id, Welcome(
+            comp_id=self.comp_id, agent_id=agent_id, generation=self.generation,
             ckptdir=self.ckptdir)))
-        verb = "restarting" if restart else "rejoined" if rejoin else "joined"
+        verb = "restarting" if hello.restart else "rejoined" if hello.rejoin else "joined"
         actions.append(Notice(f"{verb}: {agent.label()}"))
         return actions
 
-    def _admit_rejoin(self, hello: dict) -> str | None:
+    def _admit_rejoin(self, hello: Hello) -> str | None:
         """An agent whose coordinator died comes back: a fresh coordinator
         takes its computation on (and its generation); ours must match."""
-        comp_id = str(hello.get("comp_id", ""))
-        generation = int(hello.get("generation", 0))
-        if comp_id == self.comp_id:
-            self.generation = max(self.generation, generation)
+        if hello.comp_id == self.comp_id:
+            self.generation = max(self.generation, hello.generation)
             return None
         if self._ever_had_agents:  # (a round, or agents now, means it had some)
             return f"this coordinator is busy with computation {self.comp_id}"
-        self.comp_id = comp_id
-        self.generation = generation
+        self.comp_id = hello.comp_id
+        self.generation = hello.generation
         return None
 
-    def _admit_restart(self, agent: Agent, hello: dict, now: float) -> str | None:
-        comp_id = str(hello.get("comp_id", ""))
-        generation = int(hello.get("generation", 0))
-        trees = int(hello.get("num_trees", 1))
+    def _admit_restart(self, agent: Agent, hello: Hello, now: float) -> str | None:
         rnd = self.round
-        if rnd is not None and rnd.kind == "restart" and self.comp_id == comp_id \
-                and rnd.generation == generation and rnd.state is State.CHECKPOINTED:
+        if rnd is not None and rnd.kind is RoundKind.RESTART and self.comp_id == hello.comp_id \
+                and rnd.generation == hello.generation and rnd.state is State.CHECKPOINTED:
             if agent.tree_id in {a.tree_id for a in self.agents.values()}:
                 return f"tree {agent.tree_id} is already being restarted"
             rnd.participants.add(agent.agent_id)
@@ -158,11 +178,11 @@ class CoordinatorMachine:
         if self.agents or rnd is not None:
             return (f"this coordinator is busy with computation {self.comp_id}; "
                     "restart with --new-coordinator or another --coord-port")
-        self.comp_id = comp_id
-        self.generation = generation
+        self.comp_id = hello.comp_id
+        self.generation = hello.generation
         self.names.reset()
-        self.round = Round("restart", generation, State.CHECKPOINTED, now,
-                           participants={agent.agent_id}, expected=max(trees, 1))
+        self.round = Round(RoundKind.RESTART, hello.generation, State.CHECKPOINTED, now,
+                           participants={agent.agent_id}, expected=hello.num_trees)
         return None
 
     def agent_left(self, agent_id: int, now: float) -> list:
@@ -175,10 +195,10 @@ class CoordinatorMachine:
         if rnd is not None and agent_id in rnd.participants:
             rnd.participants.discard(agent_id)
             rnd.reached.discard(agent_id)
-            if rnd.kind == "restart" and rnd.state is not State.RUNNING:
+            if rnd.kind is RoundKind.RESTART and rnd.state is not State.RUNNING:
                 rnd.errors.append(f"{agent.label()} exited during restart")
                 actions += self._abort_restart(now)
-            elif rnd.kind == "checkpoint" and agent_id not in rnd.published:
+            elif rnd.kind is RoundKind.CHECKPOINT and agent_id not in rnd.published:
                 # an agent may go once its images are published (with --stop
                 # its tree is gone after the dump); before that they are lost
                 rnd.errors.append(f"{agent.label()} exited during the checkpoint")
@@ -192,81 +212,80 @@ class CoordinatorMachine:
             actions.append(Shutdown("last process exited"))
         return actions
 
-    def agent_message(self, agent_id: int, msg: dict, now: float) -> list:
+    def agent_message(self, agent_id: int, msg: Message, now: float) -> list:
         agent = self.agents.get(agent_id)
         if agent is None:
             return []
-        if msg["type"] == "peers":
-            agent.peers = msg["count"]
-            agent.procs = msg["procs"]
-            return []
-        if msg["type"] == "reached":
-            return self._reached(agent, msg, now)
-        if msg["type"] == "published":
-            return self._published(agent, msg, now)
-        if msg["type"] == "progress":
-            return self._progress(agent, msg)
-        if msg["type"] == "ckpt_request":
-            # as a console `c`: joins a checkpoint already under way
-            return [Notice(f"{agent.label()}: the program asked for a checkpoint"),
-                    *self.request_checkpoint(None, now)]
-        if msg["type"] == "sockets":
-            rnd = self.round
-            if rnd is None or agent_id not in rnd.participants:
-                return [Notice(f"{agent.label()} reported sockets outside a checkpoint")]
-            return self._send_all(self.names.report(agent_id, msg["generation"],
-                                                    msg["endpoints"], rnd.participants))
-        if msg["type"] == "publish":
-            return self._send_all(self.names.publish(agent_id, msg["key"], msg["value"]))
-        if msg["type"] == "lookup":
-            return self._send_all(self.names.lookup(agent_id, msg["key"]))
-        if msg["type"] == "relay":
-            return self._send_all(self.names.relay(agent_id, msg["conn"], msg["data"]))
-        return [Notice(f"ignored {msg['type']!r} from {agent.label()}")]
+        match msg:
+            case Peers():
+                agent.peers = msg.count
+                agent.procs = msg.procs
+                return []
+            case Reached():
+                return self._reached(agent, msg, now)
+            case Published():
+                return self._published(agent, msg, now)
+            case Progress():
+                return self._progress(agent, msg)
+            case CkptRequest():
+                # as a console `c`: joins a checkpoint already under way
+                return [Notice(f"{agent.label()}: the program asked for a checkpoint"),
+                        *self.request_checkpoint(None, now)]
+            case Sockets():
+                rnd = self.round
+                if rnd is None or agent_id not in rnd.participants:
+                    return [Notice(f"{agent.label()} reported sockets outside a checkpoint")]
+                return self._send_all(self.names.report(agent_id, msg.generation,
+                                                        msg.endpoints, rnd.participants))
+            case Publish():
+                return self._send_all(self.names.publish(agent_id, msg.key, msg.value))
+            case Lookup():
+                return self._send_all(self.names.lookup(agent_id, msg.key))
+            case Relay():
+                return self._send_all(self.names.relay(agent_id, msg.conn, msg.data))
+        return [Notice(f"ignored {msg.TYPE!r} from {agent.label()}")]
 
-    def _reached(self, agent: Agent, msg: dict, now: float) -> list:
+    def _reached(self, agent: Agent, msg: Reached, now: float) -> list:
         rnd = self.round
-        try:
-            state = State(msg["state"])
-        except ValueError:
-            return [Notice(f"{agent.label()} reported unknown state {msg['state']!r}")]
+        state = msg.state
         if rnd is None or agent.agent_id not in rnd.participants or state is not rnd.state:
             return [Notice(f"{agent.label()} reported {state.value} out of turn")]
         agent.state = state
         rnd.reached.add(agent.agent_id)
-        if state is State.DRAINED and isinstance(msg.get("external"), list):
-            agent.external = [str(x) for x in msg["external"]]
-        if state is State.DRAINED and isinstance(msg.get("failed_conns"), list):
-            rnd.failed_conns.update(str(c) for c in msg["failed_conns"])
-        if not msg["ok"]:
-            rnd.errors.append(f"{agent.label()}: {msg.get('error', 'failed')}")
-            if rnd.kind == "restart":
+        if state is State.DRAINED:
+            agent.external = msg.external
+            rnd.failed_conns.update(msg.failed_conns)
+        if not msg.ok:
+            rnd.errors.append(f"{agent.label()}: {msg.error or 'failed'}")
+            if rnd.kind is RoundKind.RESTART:
                 return self._abort_restart(now)
-        elif state is State.CHECKPOINTED and rnd.kind == "checkpoint":
-            rnd.images[agent.agent_id] = dict(msg.get("image") or {})
+        elif state is State.CHECKPOINTED and rnd.kind is RoundKind.CHECKPOINT:
+            if msg.image is None:
+                rnd.errors.append(f"{agent.label()}: dumped, but reported no image")
+            else:
+                rnd.images[agent.agent_id] = msg.image
         return self._maybe_advance(now)
 
-    def _progress(self, agent: Agent, msg: dict) -> list:
+    def _progress(self, agent: Agent, msg: Progress) -> list:
         rnd = self.round
-        if rnd is None or rnd.kind != "checkpoint" or msg["generation"] != rnd.generation \
-                or agent.agent_id not in rnd.participants:
+        if rnd is None or rnd.kind is not RoundKind.CHECKPOINT \
+                or msg.generation != rnd.generation or agent.agent_id not in rnd.participants:
             return []
-        rnd.progress[agent.agent_id] = (max(0, msg["written"]), max(0, msg["expected"]))
+        rnd.progress[agent.agent_id] = (msg.written, msg.expected)
         written = sum(w for w, _ in rnd.progress.values())
         expected = sum(e for _, e in rnd.progress.values())
-        note = messages.make("progress", generation=rnd.generation, written=written,
-                             expected=expected, trees=len(rnd.participants),
-                             reporting=len(rnd.progress))
+        note = Progress(generation=rnd.generation, written=written, expected=expected,
+                        trees=len(rnd.participants), reporting=len(rnd.progress))
         return [ReplyClient(c, note) for c in rnd.watchers]
 
-    def _published(self, agent: Agent, msg: dict, now: float) -> list:
+    def _published(self, agent: Agent, msg: Published, now: float) -> list:
         rnd = self.round
-        if rnd is None or rnd.kind != "checkpoint" or msg["generation"] != rnd.generation \
-                or agent.agent_id not in rnd.images:
-            return [Notice(f"{agent.label()} published generation {msg['generation']} out of turn")]
+        if rnd is None or rnd.kind is not RoundKind.CHECKPOINT \
+                or msg.generation != rnd.generation or agent.agent_id not in rnd.images:
+            return [Notice(f"{agent.label()} published generation {msg.generation} out of turn")]
         rnd.published.add(agent.agent_id)
-        if not msg["ok"]:
-            rnd.errors.append(f"{agent.label()}: {msg.get('error', 'publishing failed')}")
+        if not msg.ok:
+            rnd.errors.append(f"{agent.label()}: {msg.error or 'publishing failed'}")
         return self._maybe_complete(now)
 
     # ---- commands ----------------------------------------------------------
@@ -276,7 +295,7 @@ class CoordinatorMachine:
                            progress: bool = False) -> list:
         actions: list = []
         if self.round is not None:
-            if self.round.kind == "restart":
+            if self.round.kind is RoundKind.RESTART:
                 return self._reply(client_id, False, error="a restart is in progress")
             if blocking and client_id is not None:
                 self.round.waiters.append(client_id)
@@ -287,7 +306,7 @@ class CoordinatorMachine:
         if not self.agents:
             return self._reply(client_id, False, error="no processes to checkpoint")
         stop = stop or self.exit_after_ckpt
-        rnd = Round("checkpoint", self.generation + 1, State.SUSPENDED, now,
+        rnd = Round(RoundKind.CHECKPOINT, self.generation + 1, State.SUSPENDED, now,
                     participants=set(self.agents), stop=stop)
         self.round = rnd
         if blocking and client_id is not None:
@@ -301,7 +320,8 @@ class CoordinatorMachine:
         return actions
 
     def kill(self, client_id: int | None) -> list:
-        actions = [SendAgent(a, messages.make("kill")) for a in self.agents]
+        kill = Kill()
+        actions: list = [SendAgent(a, kill) for a in self.agents]
         actions += self._reply(client_id, True, killed=len(self.agents))
         return actions
 
@@ -334,16 +354,18 @@ class CoordinatorMachine:
         }
 
     def listing(self) -> list[dict]:
+        """The trees, as plain JSON for a reply: a process is
+        [pid, program] or [pid, program, MPI rank] (dmtcp_py.listing)."""
         return [{"host": a.host, "agent_pid": a.pid, "program": a.program,
                  "tree_id": a.tree_id, "state": a.state.value, "peers": a.peers,
-                 "procs": a.procs, "external": a.external} for a in self.agents.values()]
+                 "procs": [_proc_row(p) for p in a.procs], "external": list(a.external)}
+                for a in self.agents.values()]
 
     # ---- barrier engine ------------------------------------------------------
 
     def _broadcast(self, rnd: Round) -> list:
-        extra = {"failed_conns": sorted(rnd.failed_conns)} if rnd.failed_conns else {}
-        msg = messages.make("barrier", state=rnd.state.value, generation=rnd.generation,
-                            stop=rnd.stop, num_trees=len(rnd.participants), **extra)
+        msg = Barrier(state=rnd.state, generation=rnd.generation, stop=rnd.stop,
+                      num_trees=len(rnd.participants), failed_conns=tuple(sorted(rnd.failed_conns)))
         return [SendAgent(a, msg) for a in sorted(rnd.participants)]
 
     def _maybe_advance(self, now: float) -> list:
@@ -354,19 +376,19 @@ class CoordinatorMachine:
             return self._finish(now)
         if not rnd.participants <= rnd.reached:
             return []
-        if rnd.kind == "restart" and rnd.state is State.CHECKPOINTED \
+        if rnd.kind is RoundKind.RESTART and rnd.state is State.CHECKPOINTED \
                 and len(rnd.participants) < rnd.expected:
             return []  # more trees of this computation still have to join
         commit: list = []
-        if rnd.kind == "checkpoint" and rnd.state is State.CHECKPOINTED:
+        if rnd.kind is RoundKind.CHECKPOINT and rnd.state is State.CHECKPOINTED:
             # every tree dumped, or one failed: the agents publish their
             # images only on this word, so a failed generation never
             # replaces the last good one
             rnd.commit_ok = not rnd.errors
-            msg = messages.make("commit", generation=rnd.generation, ok=rnd.commit_ok)
+            msg = Commit(generation=rnd.generation, ok=rnd.commit_ok)
             commit = [SendAgent(a, msg) for a in sorted(rnd.participants)]
-        if rnd.kind == "checkpoint" and (rnd.state is State.RUNNING
-                                         or (rnd.state is State.CHECKPOINTED and rnd.stop)):
+        if rnd.kind is RoundKind.CHECKPOINT and (rnd.state is State.RUNNING
+                                                 or (rnd.state is State.CHECKPOINTED and rnd.stop)):
             # running again (or, with --stop, gone after the dump): what is
             # left is the images becoming durable
             rnd.resumed = True
@@ -394,19 +416,21 @@ class CoordinatorMachine:
         rnd = self.round
         assert rnd is not None
         self.round = None
-        ok = not rnd.errors and (rnd.kind == "restart" or bool(rnd.images))
-        info = {
-            "kind": rnd.kind,
+        checkpoint = rnd.kind is RoundKind.CHECKPOINT
+        ok = not rnd.errors and (not checkpoint or bool(rnd.images))
+        error = "; ".join(rnd.errors) or None
+        # the reply's body; with ok and error, what the status shows as the last checkpoint
+        body = {
+            "kind": rnd.kind.value,
             "generation": rnd.generation,
-            "ok": ok,
             "duration": round(now - rnd.started, 6),
-            "bytes": sum(int(i.get("bytes", 0)) for i in rnd.images.values()),
-            "processes": sum(int(i.get("processes", 0)) for i in rnd.images.values()),
-            "trees": len(rnd.images) if rnd.kind == "checkpoint" else len(rnd.participants),
-            "error": "; ".join(rnd.errors) or None,
+            "bytes": sum(i.bytes for i in rnd.images.values()),
+            "processes": sum(i.processes for i in rnd.images.values()),
+            "trees": len(rnd.images) if checkpoint else len(rnd.participants),
         }
+        info = {**body, "ok": ok, "error": error}
         actions: list = []
-        if rnd.kind == "checkpoint":
+        if checkpoint:
             self.last_checkpoint = info
             if ok:
                 self.generation = rnd.generation
@@ -416,12 +440,13 @@ class CoordinatorMachine:
         else:
             actions.append(Notice(f"restart of generation {rnd.generation} "
                                   + ("done" if ok else f"FAILED: {info['error']}")))
-        for client in rnd.waiters:
-            actions.append(ReplyClient(client, messages.make("reply", **info)))
-        if rnd.kind == "checkpoint":  # processes waiting in dmtcp_checkpoint()
-            done = messages.make("generation_done", generation=rnd.generation, ok=ok)
+        if rnd.waiters:
+            reply = Reply(ok=ok, error=error, body=body)
+            actions += [ReplyClient(client, reply) for client in rnd.waiters]
+        if checkpoint:  # processes waiting in dmtcp_checkpoint()
+            done = GenerationDone(generation=rnd.generation, ok=ok)
             actions += [SendAgent(a, done) for a in sorted(rnd.participants) if a in self.agents]
-        if rnd.kind == "checkpoint" and ok and self.exit_after_ckpt:
+        if checkpoint and ok and self.exit_after_ckpt:
             actions.append(Shutdown("exit after checkpoint"))
         elif not self.agents and self.exit_on_last and self._ever_had_agents:
             actions.append(Shutdown("last process exited"))
@@ -430,16 +455,22 @@ class CoordinatorMachine:
     def _abort_restart(self, now: float) -> list:
         """A restart that lost a tree cannot be consistent: stop the others."""
         rnd = self.round
-        assert rnd is not None and rnd.kind == "restart"
-        actions = [SendAgent(a, messages.make("kill")) for a in sorted(rnd.participants)]
+        assert rnd is not None and rnd.kind is RoundKind.RESTART
+        kill = Kill()
+        actions: list = [SendAgent(a, kill) for a in sorted(rnd.participants)]
         rnd.participants.clear()
         return actions + self._finish(now)
 
     @staticmethod
-    def _send_all(pairs: list[tuple[int, dict]]) -> list:
+    def _send_all(pairs: list[tuple[int, Message]]) -> list:
         return [SendAgent(a, m) for a, m in pairs]
 
-    def _reply(self, client_id: int | None, ok: bool, **fields) -> list:
+    def _reply(self, client_id: int | None, ok: bool, error: str | None = None,
+               **body) -> list:
         if client_id is None:
             return []
-        return [ReplyClient(client_id, messages.make("reply", ok=ok, **fields))]
+        return [ReplyClient(client_id, Reply(ok=ok, error=error, body=body))]
+
+
+def _proc_row(proc: ProcInfo) -> list:
+    return [proc.pid, proc.name] + ([proc.rank] if proc.rank is not None else [])

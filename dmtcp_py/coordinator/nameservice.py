@@ -24,19 +24,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from dmtcp_py.protocol import messages
-
-
-def endpoint_id(local: str, peer: str) -> str:
-    """How an answer names one reported endpoint."""
-    return f"{local}>{peer}"
+from dmtcp_py.protocol.ids import endpoint_id
+from dmtcp_py.protocol.messages import ConnMatch, Endpoint, Found, Matched, Relay
 
 
 class NameService:
     def __init__(self) -> None:
         self.names: dict[str, str] = {}
         self._waiting: dict[str, list[int]] = defaultdict(list)
-        self._reports: dict[int, list[dict]] = {}
+        self._reports: dict[int, tuple[Endpoint, ...]] = {}
         self._generation: int | None = None
         self._conn_agents: dict[str, tuple[int, int]] = {}
 
@@ -47,30 +43,30 @@ class NameService:
         self.names.clear()
         self._waiting.clear()
 
-    def publish(self, agent_id: int, key: str, value: str) -> list[tuple[int, dict]]:
+    def publish(self, agent_id: int, key: str, value: str) -> list[tuple[int, Found]]:
         self.names[key] = value
-        found = messages.make("found", key=key, value=value)
+        found = Found(key=key, value=value)
         return [(a, found) for a in self._waiting.pop(key, [])]
 
-    def lookup(self, agent_id: int, key: str) -> list[tuple[int, dict]]:
+    def lookup(self, agent_id: int, key: str) -> list[tuple[int, Found]]:
         if key in self.names:
-            return [(agent_id, messages.make("found", key=key, value=self.names[key]))]
+            return [(agent_id, Found(key=key, value=self.names[key]))]
         self._waiting[key].append(agent_id)
         return []
 
     # ---- matching -------------------------------------------------------------
 
-    def report(self, agent_id: int, generation: int, endpoints: list[dict],
-               participants: set[int]) -> list[tuple[int, dict]]:
+    def report(self, agent_id: int, generation: int, endpoints: tuple[Endpoint, ...],
+               participants: set[int]) -> list[tuple[int, Matched]]:
         """One agent's endpoints; when all participants have reported,
         the matches for everyone."""
         if generation != self._generation:
             self._reports.clear()
             self._generation = generation
-        self._reports[agent_id] = [e for e in endpoints if isinstance(e, dict)]
+        self._reports[agent_id] = tuple(endpoints)
         return self._match_if_complete(participants)
 
-    def _match_if_complete(self, participants: set[int]) -> list[tuple[int, dict]]:
+    def _match_if_complete(self, participants: set[int]) -> list[tuple[int, Matched]]:
         if not participants or not participants <= self._reports.keys():
             return []
         # an endpoint is its (local, peer) pair: every connection a server
@@ -79,40 +75,40 @@ class NameService:
         udp: set[str] = set()  # datagram sockets: no connection, only addresses
         for agent_id in sorted(participants):
             for e in self._reports[agent_id]:
-                pair = (str(e.get("local", "")), str(e.get("peer", "")))
-                if e.get("udp"):
+                pair = (e.local, e.peer)
+                if e.udp:
                     udp.add(pair[0])
                 elif all(pair) and pair not in owner:
                     owner[pair] = agent_id
-        answers: dict[int, dict[str, dict]] = {a: {} for a in participants}
+        answers: dict[int, dict[str, ConnMatch]] = {a: {} for a in participants}
         self._conn_agents = {}
         for (local, peer), agent_id in owner.items():
             if (peer, local) in owner:
                 a, b = sorted((local, peer))
                 conn = f"{a}|{b}"
-                answers[agent_id][endpoint_id(local, peer)] = {
-                    "conn": conn, "side": "a" if local == a else "b"}
+                answers[agent_id][endpoint_id(local, peer)] = ConnMatch(
+                    conn=conn, side="a" if local == a else "b")
                 self._conn_agents[conn] = (owner[(a, b)], owner[(b, a)])
         generation = self._generation if self._generation is not None else 0
         self._reports.clear()
         self._generation = None
-        return [(a, messages.make("matched", generation=generation, peers=answers[a],
-                                  udp=sorted(udp)))
+        udp_addresses = tuple(sorted(udp))
+        return [(a, Matched(generation=generation, peers=answers[a], udp=udp_addresses))
                 for a in sorted(participants)]
 
-    def participants_changed(self, participants: set[int]) -> list[tuple[int, dict]]:
+    def participants_changed(self, participants: set[int]) -> list[tuple[int, Matched]]:
         """An agent left: the others may be complete now (the round fails
         anyway, but nobody must wait for ever)."""
         if self._generation is None:
             return []
         return self._match_if_complete(participants)
 
-    def relay(self, agent_id: int, conn: str, data: str) -> list[tuple[int, dict]]:
+    def relay(self, agent_id: int, conn: str, data: str) -> list[tuple[int, Relay]]:
         ends = self._conn_agents.get(conn)
         if ends is None:
             return []
         other = ends[1] if agent_id == ends[0] else ends[0]
-        return [(other, messages.make("relay", conn=conn, data=data))]
+        return [(other, Relay(conn=conn, data=data))]
 
     def agent_left(self, agent_id: int) -> None:
         self._reports.pop(agent_id, None)

@@ -11,9 +11,11 @@ import os
 import shlex
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 
 from dmtcp_py.paths import tool
+from dmtcp_py.protocol.messages import ImageInfo
 
 _TEMPLATE = """#!/bin/bash
 # Restarts computation {comp_id}, generation {generation}, checkpointed {when}.
@@ -63,11 +65,11 @@ restart_on() {{  # restart_on OLD_HOST IMAGE...
 """
 
 
-def render(images: tuple[dict, ...] | list[dict], *, comp_id: str, generation: int,
+def render(images: Sequence[ImageInfo], *, comp_id: str, generation: int,
            coord_host: str, coord_port: int, name: str = "dmtcp_restart_script.sh") -> str:
     by_host: OrderedDict[str, list[str]] = OrderedDict()
     for image in images:
-        by_host.setdefault(str(image["host"]), []).append(str(image["path"]))
+        by_host.setdefault(image.host, []).append(image.path)
     lines = []
     for host, paths in by_host.items():
         lines.append("restart_on " + " ".join(shlex.quote(x) for x in [host, *paths]))
@@ -83,14 +85,14 @@ def render(images: tuple[dict, ...] | list[dict], *, comp_id: str, generation: i
         dmtcp_restart=shlex.quote(tool("dmtcp_restart")), body=body)
 
 
-def write(images, *, comp_id: str, generation: int, coord_host: str, coord_port: int,
+def write(images: Sequence[ImageInfo], *, comp_id: str, generation: int, coord_host: str, coord_port: int,
           ckptdir: Path | None) -> list[Path]:
     """Write the script into the checkpoint directory (the coordinator's, or
     else every directory that holds images of this generation)."""
     if ckptdir is not None:
         dirs = [Path(ckptdir)]
     else:
-        dirs = list(OrderedDict.fromkeys(Path(i["path"]).parent for i in images))
+        dirs = list(OrderedDict.fromkeys(Path(i.path).parent for i in images))
     written = []
     for directory in dirs:
         if not directory.is_dir():

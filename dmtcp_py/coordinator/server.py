@@ -17,6 +17,7 @@ from dmtcp_py.coordinator.machine import (
     Shutdown,
 )
 from dmtcp_py.protocol import codec, messages
+from dmtcp_py.protocol.messages import Cmd, Command, Hello, Message, Refused, Reply, Role, Welcome
 
 log = logging.getLogger("coordinator")
 HELLO_TIMEOUT = 10.0
@@ -64,56 +65,57 @@ class CoordinatorServer:
         self._ids += 1
         return _Connection(self, self._ids)
 
-    def handle(self, conn: _Connection, msg: dict) -> None:
+    def handle(self, conn: _Connection, msg: Message) -> None:
         if conn.role is None:
             self._hello(conn, msg)
-        elif conn.role == "agent":
+        elif conn.role is Role.AGENT:
             self.apply(self.machine.agent_message(conn.conn_id, msg, time.monotonic()))
-        else:
+        elif isinstance(msg, Command):
             self._command(conn.conn_id, msg)
+        else:
+            conn.close(f"{msg.TYPE!r} from a client")
 
-    def _hello(self, conn: _Connection, hello: dict) -> None:
-        if hello["type"] != "hello":
-            conn.close(f"{hello['type']!r} before hello")
+    def _hello(self, conn: _Connection, hello: Message) -> None:
+        if not isinstance(hello, Hello):
+            conn.close(f"{hello.TYPE!r} before hello")
             return
-        if not hmac.compare_digest(hello["token"].encode(), self.token.encode()):
-            conn.write(codec.encode(messages.make("refused", error="wrong computation token")))
+        if not hmac.compare_digest(hello.token.encode(), self.token.encode()):
+            conn.write(messages.encode(Refused(error="wrong computation token")))
             conn.close("wrong token")
             return
-        conn.role = hello["role"]
+        conn.role = hello.role
         self._conns[conn.conn_id] = conn
-        if conn.role == "agent":
+        if conn.role is Role.AGENT:
             self.apply(self.machine.agent_joined(conn.conn_id, hello, time.monotonic()))
             if conn.conn_id not in self.machine.agents:
                 conn.close("refused")
         else:
-            conn.write(codec.encode(messages.make(
-                "welcome", comp_id=self.machine.comp_id, agent_id=conn.conn_id)))
+            conn.write(messages.encode(Welcome(comp_id=self.machine.comp_id,
+                                               agent_id=conn.conn_id)))
 
     def lost(self, conn: _Connection) -> None:
         self._conns.pop(conn.conn_id, None)
-        if conn.role == "agent":
+        if conn.role is Role.AGENT:
             self.apply(self.machine.agent_left(conn.conn_id, time.monotonic()))
 
-    def _command(self, client_id: int, msg: dict) -> None:
+    def _command(self, client_id: int, msg: Command) -> None:
         now = time.monotonic()
-        cmd = msg["cmd"]
         m = self.machine
-        if cmd == "status":
-            self.apply([ReplyClient(client_id, messages.make("reply", ok=True, **m.status()))])
-        elif cmd == "list":
-            self.apply([ReplyClient(client_id, messages.make(
-                "reply", ok=True, trees=m.listing(), **m.status()))])
-        elif cmd == "checkpoint":
-            self.apply(m.request_checkpoint(client_id, now, blocking=bool(msg.get("blocking")),
-                                            stop=bool(msg.get("stop")),
-                                            progress=bool(msg.get("progress"))))
-        elif cmd == "kill":
-            self.apply(m.kill(client_id))
-        elif cmd == "quit":
-            self.apply(m.quit(client_id))
-        elif cmd == "interval":
-            self.apply(m.set_interval(client_id, float(msg.get("seconds", 0)), now))
+        match msg.cmd:
+            case Cmd.STATUS:
+                self.apply([ReplyClient(client_id, Reply(ok=True, body=m.status()))])
+            case Cmd.LIST:
+                self.apply([ReplyClient(client_id, Reply(
+                    ok=True, body={"trees": m.listing(), **m.status()}))])
+            case Cmd.CHECKPOINT:
+                self.apply(m.request_checkpoint(client_id, now, blocking=msg.blocking,
+                                                stop=msg.stop, progress=msg.progress))
+            case Cmd.KILL:
+                self.apply(m.kill(client_id))
+            case Cmd.QUIT:
+                self.apply(m.quit(client_id))
+            case Cmd.INTERVAL:
+                self.apply(m.set_interval(client_id, msg.seconds, now))
 
     # ---- actions -------------------------------------------------------------
 
@@ -134,12 +136,14 @@ class CoordinatorServer:
                 self.shutdown.set()
 
     @staticmethod
-    def _frame(frames: dict[int, bytes], message: dict) -> bytes:
+    def _frame(frames: dict[int, bytes], message: Message) -> bytes:
         """The machine sends one message object to every agent of a barrier;
-        the actions list keeps each object alive, so its id is a safe key."""
+        the actions list keeps each object alive, so its id is a safe key
+        (not the message itself: one holding a dict, a Reply or a Matched,
+        cannot be hashed)."""
         frame = frames.get(id(message))
         if frame is None:
-            frame = frames[id(message)] = codec.encode(message)
+            frame = frames[id(message)] = messages.encode(message)
         return frame
 
     def notice(self, text: str) -> None:
@@ -166,8 +170,8 @@ class _Connection(asyncio.Protocol):
     def __init__(self, server: CoordinatorServer, conn_id: int) -> None:
         self.server = server
         self.conn_id = conn_id
-        self.role: str | None = None  # set by a valid hello
-        self._decoder = codec.Decoder()
+        self.role: Role | None = None  # set by a valid hello
+        self._reader = messages.Reader()
         self._transport: asyncio.Transport | None = None
         self._hello_timer: asyncio.TimerHandle | None = None
 
@@ -178,10 +182,10 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         try:
-            for message in self._decoder.feed(data):
+            for message in self._reader.feed(data):
                 if self._transport is None or self._transport.is_closing():
                     return
-                self.server.handle(self, messages.validate(message))
+                self.server.handle(self, message)
         except (codec.FrameError, messages.MessageError) as exc:
             self.close(str(exc))
 

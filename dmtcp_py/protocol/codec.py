@@ -59,7 +59,7 @@ def _parse(body: memoryview) -> dict:
     try:
         # str, not bytes: json.loads(bytes) first guesses the encoding
         message = json.loads(str(body, "utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:  # bad UTF-8, bad JSON, an integer of 4300+ digits
         raise FrameError(f"bad JSON: {exc}") from None
     if not isinstance(message, dict):
         raise FrameError("message is not a JSON object")

@@ -1,77 +1,483 @@
-"""Message types between coordinator, agents and command clients.
+"""Messages between coordinator, agents and command clients: one frozen
+dataclass per kind, checked when it is built.
 
-Every message is a JSON object with "v" (protocol version) and "type".  The
-first message of every connection is a hello carrying the computation token.
-Validation happens here, once, so the machines only see well-formed input.
+On the wire every message is a JSON object with "v" (the protocol version)
+and "type".  `encode` and `decode` are the only places that know that form:
+a message built here has the right types and ranges, so the machines never
+convert or re-check a field, and a peer that sends something else gets a
+MessageError, which closes that one connection.
+
+The first message of every connection is a Hello carrying the computation
+token.  Fields not named here are ignored on decoding (a newer peer may say
+more); a wrong type or range of a named field is refused.
 """
 from __future__ import annotations
 
+import dataclasses
+import enum
+import math
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from dmtcp_py.protocol import codec
+from dmtcp_py.protocol.states import State
+
 PROTOCOL_VERSION = 1
-
-# type -> {field: python type}; fields listed are required
-_SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
-    # any peer -> coordinator, first message
-    "hello": {"role": str, "token": str},
-    # coordinator -> peer, answer to hello
-    "welcome": {"comp_id": str, "agent_id": int},
-    "refused": {"error": str},
-    # agent -> coordinator
-    "peers": {"count": int, "procs": list},
-    "reached": {"state": str, "ok": bool},
-    "published": {"generation": int, "ok": bool},
-    "sockets": {"generation": int, "endpoints": list},
-    "publish": {"key": str, "value": str},
-    "lookup": {"key": str},
-    # a program under control asked for a checkpoint (dmtcp_checkpoint())
-    "ckpt_request": {},
-    # agent -> coordinator -> waiting clients that asked for it: image bytes
-    # written so far, of about this many (the tree's resident memory)
-    "progress": {"generation": int, "written": int, "expected": int},
-    # agent <-> agent, through the coordinator
-    "relay": {"conn": str, "data": str},
-    # coordinator -> agent
-    "barrier": {"state": str},
-    "kill": {},
-    "matched": {"generation": int, "peers": dict},
-    "commit": {"generation": int, "ok": bool},
-    # a checkpoint round ended: every image published (ok), or it failed
-    "generation_done": {"generation": int, "ok": bool},
-    "found": {"key": str, "value": str},
-    # client -> coordinator
-    "command": {"cmd": str},
-    # coordinator -> client
-    "reply": {"ok": bool},
-}
-
-ROLES = ("agent", "client")
-COMMANDS = ("status", "list", "checkpoint", "kill", "quit", "interval")
 
 
 class MessageError(ValueError):
     """A well-framed message that is not one of ours."""
 
 
-def make(type_: str, **fields) -> dict:
-    message = {"v": PROTOCOL_VERSION, "type": type_, **fields}
-    validate(message)
-    return message
+class Role(enum.Enum):
+    AGENT = "agent"
+    CLIENT = "client"
 
 
-def validate(message: dict) -> dict:
+class Cmd(enum.Enum):
+    STATUS = "status"
+    LIST = "list"
+    CHECKPOINT = "checkpoint"
+    KILL = "kill"
+    QUIT = "quit"
+    INTERVAL = "interval"
+
+
+def _at_least(low: float, default: Any = dataclasses.MISSING):
+    """A field whose value must be >= low."""
+    return field(default=default, metadata={"min": low})
+
+
+# ---- field checking ---------------------------------------------------------
+# Each field's annotation says what it holds: int, float, str, bool, an enum,
+# a nested record (a dataclass below), tuple[X, ...], dict[str, X], X | None,
+# or Json (any JSON object, for what is only passed through).
+
+Json = dict  # a JSON object whose content this module does not look into
+
+_HINTS: dict[type, dict[str, Any]] = {}
+_FLOAT_MAX = sys.float_info.max
+_UNIONS = (typing.Union, types.UnionType)  # Optional[X] and X | None
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = typing.get_type_hints(cls)
+    return hints
+
+
+def _name(kind: Any) -> str:
+    return getattr(kind, "__name__", str(kind))
+
+
+def _check(kind: Any, value: Any, where: str) -> None:
+    origin = typing.get_origin(kind)
+    if origin in _UNIONS:
+        options = typing.get_args(kind)
+        if value is None and type(None) in options:
+            return
+        kind = next(k for k in options if k is not type(None))
+        origin = typing.get_origin(kind)
+    if origin is tuple:
+        if not isinstance(value, tuple):
+            raise MessageError(f"{where}: expected a list")
+        item = typing.get_args(kind)[0]
+        for n, v in enumerate(value):
+            _check(item, v, f"{where}[{n}]")
+        return
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise MessageError(f"{where}: expected an object")
+        item = typing.get_args(kind)[1]
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise MessageError(f"{where}: keys must be strings")
+            _check(item, v, f"{where}[{k!r}]")
+        return
+    # bool is an int in Python, and JSON true == 1: keep them apart
+    if kind is int:
+        ok = type(value) is int
+    elif kind is float:
+        ok = type(value) in (int, float)
+        # (an int too large for a float cannot be one either)
+        if ok and not (abs(value) <= _FLOAT_MAX if type(value) is int else math.isfinite(value)):
+            raise MessageError(f"{where}: not a finite number")
+    else:
+        ok = isinstance(value, kind)
+    if not ok:
+        raise MessageError(f"{where}: expected {_name(kind)}, got {type(value).__name__}")
+
+
+class _Checked:
+    """Checks every field against its annotation and range when built."""
+
+    def __post_init__(self) -> None:
+        where = getattr(self, "TYPE", type(self).__name__)
+        for f, kind in zip(dataclasses.fields(self), _field_kinds(type(self))):
+            value = getattr(self, f.name)
+            _check(kind, value, f"{where}.{f.name}")
+            low = f.metadata.get("min")
+            if low is not None and value is not None and value < low:
+                raise MessageError(f"{where}.{f.name}: {value} is below {low}")
+
+
+def _field_kinds(cls: type) -> list[Any]:
+    hints = _hints(cls)
+    return [hints[f.name] for f in dataclasses.fields(cls)]
+
+
+# ---- records carried inside messages -----------------------------------------
+
+@dataclass(frozen=True)
+class ProcInfo(_Checked):
+    """One process of a tree, as `dmtcp-command -l` shows it."""
+    pid: int = _at_least(0)
+    name: str = "?"
+    rank: int | None = None  # its MPI rank, when a launcher gave it one
+
+
+@dataclass(frozen=True)
+class Endpoint(_Checked):
+    """A parked socket as the agent reports it for matching: its own
+    address and its peer's; a datagram socket has no connection."""
+    local: str
+    peer: str = ""
+    udp: bool = False
+
+
+@dataclass(frozen=True)
+class ConnMatch(_Checked):
+    """The answer for one endpoint: the connection it is an end of, and
+    which end (the two ends drain and refill together)."""
+    conn: str
+    side: str
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.side not in ("a", "b"):
+            raise MessageError(f"matched: side {self.side!r} is not a or b")
+
+
+@dataclass(frozen=True)
+class ImageInfo(_Checked):
+    """One tree's image of a generation, as the restart script needs it."""
+    path: str
+    host: str
+    tree_id: str
+    program: str
+    bytes: int = _at_least(0, 0)
+    duration: float = _at_least(0.0, 0.0)
+    processes: int = _at_least(0, 0)
+
+
+# ---- messages ------------------------------------------------------------------
+
+_KINDS: dict[str, type[Message]] = {}
+
+
+def _message(type_: str):
+    def register(cls):
+        cls.TYPE = type_
+        _KINDS[type_] = cls
+        return cls
+    return register
+
+
+@dataclass(frozen=True)
+class Message(_Checked):
+    TYPE: ClassVar[str] = ""
+
+
+# any peer -> coordinator, first message of a connection
+@_message("hello")
+@dataclass(frozen=True)
+class Hello(Message):
+    role: Role
+    token: str
+    host: str = "?"
+    pid: int = _at_least(0, 0)
+    program: str = "?"
+    tree_id: str = "?"
+    restart: bool = False      # an agent bringing a tree back from its image
+    rejoin: bool = False       # an agent whose coordinator died comes back
+    comp_id: str = ""          # restart and rejoin: the computation ...
+    generation: int = _at_least(0, 0)  # ... and its generation
+    num_trees: int = _at_least(1, 1)  # restart: trees of that generation
+
+
+# coordinator -> peer, the answer to hello
+@_message("welcome")
+@dataclass(frozen=True)
+class Welcome(Message):
+    comp_id: str
+    agent_id: int = _at_least(0)
+    generation: int = _at_least(0, 0)
+    ckptdir: str | None = None  # offered to trees that did not choose their own
+
+
+@_message("refused")
+@dataclass(frozen=True)
+class Refused(Message):
+    error: str
+
+
+# agent -> coordinator: the tree's processes now
+@_message("peers")
+@dataclass(frozen=True)
+class Peers(Message):
+    procs: tuple[ProcInfo, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return len(self.procs)
+
+
+# agent -> coordinator: the tree reached a barrier's state (or failed to)
+@_message("reached")
+@dataclass(frozen=True)
+class Reached(Message):
+    state: State
+    ok: bool
+    error: str | None = None
+    image: ImageInfo | None = None          # CHECKPOINTED of a checkpoint
+    external: tuple[str, ...] = ()          # DRAINED: connections leading outside
+    failed_conns: tuple[str, ...] = ()      # DRAINED: connections not drained here
+
+
+# agent -> coordinator: the images of a generation are durable (or not)
+@_message("published")
+@dataclass(frozen=True)
+class Published(Message):
+    generation: int = _at_least(1)
+    ok: bool = True
+    error: str | None = None
+
+
+# agent -> coordinator: parked sockets, for matching their two ends
+@_message("sockets")
+@dataclass(frozen=True)
+class Sockets(Message):
+    generation: int = _at_least(0)
+    endpoints: tuple[Endpoint, ...] = ()
+
+
+# agent -> coordinator: a name (where a listener or connection end is now)
+@_message("publish")
+@dataclass(frozen=True)
+class Publish(Message):
+    key: str
+    value: str
+
+
+@_message("lookup")
+@dataclass(frozen=True)
+class Lookup(Message):
+    key: str
+
+
+# a program under control asked for a checkpoint (dmtcp_checkpoint())
+@_message("ckpt_request")
+@dataclass(frozen=True)
+class CkptRequest(Message):
+    pass
+
+
+# agent -> coordinator -> clients that asked for it: image bytes written so
+# far, of about this many (the trees' resident memory)
+@_message("progress")
+@dataclass(frozen=True)
+class Progress(Message):
+    generation: int = _at_least(0)
+    written: int = _at_least(0)
+    expected: int = _at_least(0)
+    trees: int = _at_least(0, 0)       # to clients: trees in the round ...
+    reporting: int = _at_least(0, 0)   # ... and how many reported so far
+
+
+# agent <-> agent, through the coordinator: refill data of one connection
+@_message("relay")
+@dataclass(frozen=True)
+class Relay(Message):
+    conn: str
+    data: str  # base64
+
+
+# coordinator -> agent: go to this state
+@_message("barrier")
+@dataclass(frozen=True)
+class Barrier(Message):
+    state: State
+    generation: int = _at_least(0, 0)
+    stop: bool = False                     # the trees end after the dump
+    num_trees: int = _at_least(1, 1)
+    failed_conns: tuple[str, ...] = ()     # connections not to refill
+
+
+@_message("kill")
+@dataclass(frozen=True)
+class Kill(Message):
+    pass
+
+
+# coordinator -> agent: the ends of connections under control
+@_message("matched")
+@dataclass(frozen=True)
+class Matched(Message):
+    generation: int = _at_least(0)
+    peers: dict[str, ConnMatch] = field(default_factory=dict)  # endpoint id -> match
+    udp: tuple[str, ...] = ()  # datagram addresses inside the computation
+
+
+# coordinator -> agent: every tree dumped (ok) or one failed
+@_message("commit")
+@dataclass(frozen=True)
+class Commit(Message):
+    generation: int = _at_least(1)
+    ok: bool = True
+
+
+# coordinator -> agent: a checkpoint round ended, every image published
+# (ok), or it failed
+@_message("generation_done")
+@dataclass(frozen=True)
+class GenerationDone(Message):
+    generation: int = _at_least(0)
+    ok: bool = True
+
+
+@_message("found")
+@dataclass(frozen=True)
+class Found(Message):
+    key: str
+    value: str
+
+
+# client -> coordinator
+@_message("command")
+@dataclass(frozen=True)
+class Command(Message):
+    cmd: Cmd
+    blocking: bool = False     # checkpoint: answer when it is over
+    stop: bool = False         # checkpoint: the trees end after the dump
+    progress: bool = False     # checkpoint: send Progress while it runs
+    seconds: float = _at_least(0.0, 0.0)  # interval
+
+
+# coordinator -> client.  What a reply holds depends on the command (status
+# fields, the trees, a checkpoint's figures); it travels flat beside ok and
+# error, and the coordinator is the only one that builds it.
+@_message("reply")
+@dataclass(frozen=True)
+class Reply(Message):
+    ok: bool
+    error: str | None = None
+    body: Json = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        clash = {"v", "type", "ok", "error"} & self.body.keys()
+        if clash:
+            raise MessageError(f"reply: body repeats {sorted(clash)}")
+
+
+# ---- the wire ---------------------------------------------------------------------
+
+def to_wire(message: Message) -> dict:
+    """The JSON object of a message, with the version and its type."""
+    out: dict[str, Any] = {"v": PROTOCOL_VERSION, "type": message.TYPE}
+    for f in dataclasses.fields(message):
+        value = getattr(message, f.name)
+        if isinstance(message, Reply) and f.name == "body":
+            out.update(value)
+        elif value is not None:
+            out[f.name] = _plain(value)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if dataclasses.is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if getattr(value, f.name) is not None}
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def encode(message: Message) -> bytes:
+    """One frame for the wire."""
+    return codec.encode(to_wire(message))
+
+
+def decode(raw: dict) -> Message:
+    """A typed message from a decoded JSON object, or MessageError."""
     # exactly the int: JSON true and 1.0 compare equal to 1 in Python
-    if type(message.get("v")) is not int or message["v"] != PROTOCOL_VERSION:
-        raise MessageError(f"protocol version {message.get('v')!r}, expected {PROTOCOL_VERSION}")
-    type_ = message.get("type")
-    schema = _SCHEMA.get(type_) if isinstance(type_, str) else None
-    if schema is None:
+    if type(raw.get("v")) is not int or raw["v"] != PROTOCOL_VERSION:
+        raise MessageError(f"protocol version {raw.get('v')!r}, expected {PROTOCOL_VERSION}")
+    type_ = raw.get("type")
+    cls = _KINDS.get(type_) if isinstance(type_, str) else None
+    if cls is None:
         raise MessageError(f"unknown message type {type_!r}")
-    for field, kind in schema.items():
-        value = message.get(field)
-        # bool is an int in Python; keep the two apart
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise MessageError(f"{type_}: field {field!r} missing or not {getattr(kind, '__name__', kind)}")
-    if type_ == "hello" and message["role"] not in ROLES:
-        raise MessageError(f"hello: unknown role {message['role']!r}")
-    if type_ == "command" and message["cmd"] not in COMMANDS:
-        raise MessageError(f"command: unknown command {message['cmd']!r}")
-    return message
+    kwargs = _fields_from(cls, raw, type_)
+    if cls is Reply:
+        kwargs["body"] = {k: v for k, v in raw.items() if k not in ("v", "type", "ok", "error")}
+    return cls(**kwargs)
+
+
+def _fields_from(cls: type, raw: dict, where: str) -> dict:
+    kwargs: dict[str, Any] = {}
+    for f, kind in zip(dataclasses.fields(cls), _field_kinds(cls)):
+        if f.name in raw:
+            kwargs[f.name] = _typed(kind, raw[f.name], f"{where}.{f.name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise MessageError(f"{where}: field {f.name!r} missing")
+    return kwargs
+
+
+def _typed(kind: Any, value: Any, where: str) -> Any:
+    """The wire value as the annotation's type (lists become tuples, objects
+    records, strings enums); what cannot be converted is left for the
+    check, which names it."""
+    origin = typing.get_origin(kind)
+    if origin in _UNIONS:
+        if value is None:
+            return None
+        kind = next(k for k in typing.get_args(kind) if k is not type(None))
+        origin = typing.get_origin(kind)
+    if origin is tuple and isinstance(value, list):
+        item = typing.get_args(kind)[0]
+        return tuple(_typed(item, v, f"{where}[{n}]") for n, v in enumerate(value))
+    if origin is dict and isinstance(value, dict):
+        item = typing.get_args(kind)[1]
+        return {k: _typed(item, v, f"{where}[{k!r}]") for k, v in value.items()}
+    if kind is float and type(value) is int and abs(value) <= _FLOAT_MAX:
+        return float(value)  # JSON 5 for 5.0: a float field holds a float
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        try:
+            return kind(value)
+        except ValueError:
+            raise MessageError(f"{where}: unknown value {value!r}") from None
+    if dataclasses.is_dataclass(kind) and isinstance(value, dict):
+        try:
+            return kind(**_fields_from(kind, value, where))
+        except TypeError as exc:
+            raise MessageError(f"{where}: {exc}") from None
+    return value
+
+
+class Reader:
+    """Bytes in, typed messages out, for one connection.  A FrameError or
+    MessageError means the peer is not one of ours: close the connection."""
+
+    def __init__(self) -> None:
+        self._decoder = codec.Decoder()
+
+    def feed(self, data: bytes) -> list[Message]:
+        return [decode(raw) for raw in self._decoder.feed(data)]

@@ -42,6 +42,19 @@ from pathlib import Path
 
 from benchlib import raise_nofile
 from dmtcp_py.protocol import codec, messages
+from dmtcp_py.protocol.messages import (
+    Barrier,
+    Cmd,
+    Command,
+    Hello,
+    ImageInfo,
+    Message,
+    Published,
+    Reached,
+    Reply,
+    Role,
+    Welcome,
+)
 from dmtcp_py.protocol.states import State
 
 HOST = "127.0.0.1"
@@ -67,8 +80,8 @@ class Conn:
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
-        self._decoder = codec.Decoder()
-        self._pending: collections.deque[dict] = collections.deque()
+        self._reader = messages.Reader()
+        self._pending: collections.deque[Message] = collections.deque()
 
     @classmethod
     async def open(cls, port: int) -> Conn:
@@ -77,12 +90,12 @@ class Conn:
     def send(self, frame: bytes) -> None:
         self.writer.write(frame)
 
-    async def recv(self) -> dict:
+    async def recv(self) -> Message:
         while not self._pending:
             data = await self.reader.read(65536)
             if not data:
                 raise ConnectionError("connection closed by the peer")
-            self._pending.extend(self._decoder.feed(data))
+            self._pending.extend(self._reader.feed(data))
         return self._pending.popleft()
 
     def close(self) -> None:
@@ -163,30 +176,29 @@ def stop(proc: subprocess.Popen) -> None:
 
 # ---- simulated agents and the client -------------------------------------------
 
-def hello(token: str, role: str, **fields) -> bytes:
-    return codec.encode(messages.make("hello", role=role, token=token, **fields))
+def hello(token: str, role: Role, **fields) -> bytes:
+    return messages.encode(Hello(role=role, token=token, **fields))
 
 
 async def join(port: int, hello_frame: bytes) -> Conn:
     conn = await Conn.open(port)
     conn.send(hello_frame)
     answer = await conn.recv()
-    if answer["type"] != "welcome":
+    if not isinstance(answer, Welcome):
         conn.close()
-        raise RuntimeError(f"coordinator refused us: {answer.get('error')}")
+        raise RuntimeError(f"coordinator refused us: {getattr(answer, 'error', answer.TYPE)}")
     return conn
 
 
 def agent_hello(token: str, i: int) -> bytes:
-    return hello(token, "agent", host="sim", pid=os.getpid(), program="sim", tree_id=f"sim-{i}")
+    return hello(token, Role.AGENT, host="sim", pid=os.getpid(), program="sim",
+                 tree_id=f"sim-{i}")
 
 
 def reached(state: State, i: int) -> bytes:
-    extra = {}
-    if state is State.CHECKPOINTED:
-        extra["image"] = {"path": f"/nonexistent/ckpt_sim_{i}.dmtcp", "host": "sim",
-                          "tree_id": f"sim-{i}", "program": "sim", "bytes": 0}
-    return codec.encode(messages.make("reached", state=state.value, ok=True, **extra))
+    image = ImageInfo(path=f"/nonexistent/ckpt_sim_{i}.dmtcp", host="sim", tree_id=f"sim-{i}",
+                      program="sim") if state is State.CHECKPOINTED else None
+    return messages.encode(Reached(state=state, ok=True, image=image))
 
 
 class SimAgent(asyncio.Protocol):
@@ -198,9 +210,9 @@ class SimAgent(asyncio.Protocol):
 
     def __init__(self, token: str, i: int, first_seen: dict) -> None:
         self.hello = agent_hello(token, i)
-        self.replies = {s.value: reached(s, i) for s in BARRIERS}
+        self.replies = {s: reached(s, i) for s in BARRIERS}
         self.first_seen = first_seen
-        self.decoder = codec.Decoder()
+        self.reader = messages.Reader()
         self.welcomed: asyncio.Future = asyncio.get_running_loop().create_future()
         self.transport: asyncio.Transport | None = None
 
@@ -209,19 +221,19 @@ class SimAgent(asyncio.Protocol):
         transport.write(self.hello)
 
     def data_received(self, data: bytes) -> None:
-        for msg in self.decoder.feed(data):
-            if msg["type"] == "barrier":
-                self.first_seen.setdefault((msg["generation"], msg["state"]), time.perf_counter())
-                self.transport.write(self.replies[msg["state"]])
-                if msg["state"] == State.RUNNING.value:
-                    self.transport.write(codec.encode(messages.make(
-                        "published", generation=msg["generation"], ok=True)))
+        for msg in self.reader.feed(data):
+            if isinstance(msg, Barrier):
+                self.first_seen.setdefault((msg.generation, msg.state.value), time.perf_counter())
+                self.transport.write(self.replies[msg.state])
+                if msg.state is State.RUNNING:
+                    self.transport.write(messages.encode(
+                        Published(generation=msg.generation, ok=True)))
             elif not self.welcomed.done():
-                if msg["type"] == "welcome":
+                if isinstance(msg, Welcome):
                     self.welcomed.set_result(None)
                 else:
-                    self.welcomed.set_exception(
-                        RuntimeError(f"coordinator refused us: {msg.get('error')}"))
+                    self.welcomed.set_exception(RuntimeError(
+                        f"coordinator refused us: {getattr(msg, 'error', msg.TYPE)}"))
 
     def connection_lost(self, exc) -> None:
         if not self.welcomed.done():
@@ -243,12 +255,12 @@ async def join_agent(port: int, token: str, i: int, first_seen: dict) -> SimAgen
     return agent
 
 
-async def checkpoint(client: Conn) -> dict:
-    client.send(codec.encode(messages.make("command", cmd="checkpoint", blocking=True)))
-    while (reply := await client.recv())["type"] != "reply":
+async def checkpoint(client: Conn) -> Reply:
+    client.send(messages.encode(Command(cmd=Cmd.CHECKPOINT, blocking=True)))
+    while not isinstance(reply := await client.recv(), Reply):
         pass
-    if not reply["ok"]:
-        raise RuntimeError(f"checkpoint failed: {reply.get('error')}")
+    if not reply.ok:
+        raise RuntimeError(f"checkpoint failed: {reply.error}")
     return reply
 
 
@@ -262,7 +274,7 @@ async def bench_coordinator(port: int, token: str, n: int, rounds: int):
     first_seen: dict = {}
     agents = await open_many(n, lambda i: join_agent(port, token, i, first_seen))
     try:
-        client = await join(port, hello(token, "client"))
+        client = await join(port, hello(token, Role.CLIENT))
     except BaseException:
         close_all(agents)
         raise
@@ -273,7 +285,7 @@ async def bench_coordinator(port: int, token: str, n: int, rounds: int):
             reply = await checkpoint(client)
             if r >= WARMUP:
                 totals.append(time.perf_counter() - t0)
-                generations.append(reply["generation"])
+                generations.append(reply.body["generation"])
         return totals, barrier_times(first_seen, generations)
     finally:
         close_all(agents + [client])
@@ -316,8 +328,7 @@ async def bench_echo(n: int, rounds: int) -> list[float]:
     loop = asyncio.get_running_loop()
     server = await loop.create_server(Echo, HOST, 0, backlog=CONNECT_CONCURRENCY * 2)
     port = server.sockets[0].getsockname()[1]
-    frame = codec.encode(messages.make("barrier", state=State.SUSPENDED.value, generation=1,
-                                       stop=False, num_trees=n))
+    frame = messages.encode(Barrier(state=State.SUSPENDED, generation=1, num_trees=n))
     counter = {"got": 0, "expected": 0, "done": loop.create_future()}
 
     async def open_one(i):

@@ -48,6 +48,7 @@ import pycriu.images
 from dmtcp_py.client import CoordinatorClient, coordinator_alive
 from dmtcp_py.errors import UserError
 from dmtcp_py.paths import criu_binary, run_dir
+from dmtcp_py.protocol.messages import Cmd
 
 PORTS = range(7950, 8000)
 BENCH_PARENT = "/var/tmp"   # on the disk images normally go to, unlike a tmpfs /tmp
@@ -297,7 +298,7 @@ def coordinator_status(port: int) -> dict | None:
     its start-up time to what we measure."""
     try:
         with CoordinatorClient("127.0.0.1", port, timeout=5.0) as client:
-            return client.command("status")
+            return client.command(Cmd.STATUS).body
     except UserError:
         return None
 

@@ -76,7 +76,8 @@ def _bytes_of(draw, kind: str, token: str) -> bytes:
     if kind == "bad_hello":  # wrong token, unknown role, or not a hello at all
         return draw(st.sampled_from([
             message(v=1, type="hello", role="client", token=draw(st.text(max_size=40))),
-            message(v=1, type="hello", role=draw(st.text(max_size=8)), token=token),
+            message(v=1, type="hello", token=token,
+                    role=draw(st.text(max_size=8).filter(lambda r: r not in ("agent", "client")))),
             message(v=1, type="command", cmd="kill"),
         ]))
     # a good hello, then bytes that are not a message

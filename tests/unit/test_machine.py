@@ -1,11 +1,35 @@
 """The sans-IO coordinator, driven by many simulated agents in memory."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from dmtcp_py.coordinator.machine import (CoordinatorMachine, GenerationComplete, Notice,
-                                          ReplyClient, SendAgent, Shutdown)
+                                          ReplyClient, RoundKind, SendAgent, Shutdown)
+from dmtcp_py.listing import proc_lines
 from dmtcp_py.protocol import messages
+from dmtcp_py.protocol.messages import (
+    Barrier,
+    CkptRequest,
+    Cmd,
+    Command,
+    Commit,
+    GenerationDone,
+    Hello,
+    ImageInfo,
+    Kill,
+    Message,
+    Peers,
+    ProcInfo,
+    Progress,
+    Published,
+    Reached,
+    Refused,
+    Reply,
+    Role,
+    Welcome,
+)
 from dmtcp_py.protocol.states import State, next_state
 
 COMP = "comp-A"
@@ -29,30 +53,40 @@ def of_type(actions: list, cls: type) -> list:
     return [a for a in actions if isinstance(a, cls)]
 
 
-def sent(actions: list, type_: str) -> list[SendAgent]:
-    return [a for a in of_type(actions, SendAgent) if a.message["type"] == type_]
+def sent(actions: list, kind: type[Message]) -> list[SendAgent]:
+    return [a for a in of_type(actions, SendAgent) if isinstance(a.message, kind)]
 
 
-def image_of(agent_id: int) -> dict:
-    return {"path": f"/ckpt/ckpt_prog_t{agent_id}.dmtcp", "host": f"host{agent_id % 3}",
-            "tree_id": f"t{agent_id}", "bytes": 100 + agent_id}
+def on_the_wire(message: Message) -> Message:
+    """What the peer decodes: every message the machine makes must survive it."""
+    back = messages.decode(messages.to_wire(message))
+    assert back == message
+    return back
+
+
+def image_of(agent_id: int) -> ImageInfo:
+    return ImageInfo(path=f"/ckpt/ckpt_prog_t{agent_id}.dmtcp", host=f"host{agent_id % 3}",
+                     tree_id=f"t{agent_id}", program="prog", bytes=100 + agent_id)
 
 
 def assert_barrier(actions: list, state: State, ids, *, generation: int, stop: bool = False):
     """actions release `state` to exactly `ids`, in id order, with one message each."""
-    barriers = sent(actions, "barrier")
+    barriers = sent(actions, Barrier)
     assert [a.agent_id for a in barriers] == sorted(ids)
-    expected = {"v": messages.PROTOCOL_VERSION, "type": "barrier", "state": state.value,
-                "generation": generation, "stop": stop, "num_trees": len(ids)}
+    expected = Barrier(state=state, generation=generation, stop=stop, num_trees=len(ids))
     for action in barriers:
         assert action.message == expected
-        messages.validate(action.message)
+    # one object for all: the server encodes a broadcast once
+    assert len({id(a.message) for a in barriers}) <= 1
+    if barriers:
+        on_the_wire(barriers[0].message)
 
 
-def only_reply(log: list, client: int) -> dict:
+def only_reply(log: list, client: int) -> Reply:
     replies = [a for a in of_type(log, ReplyClient) if a.client_id == client]
     assert len(replies) == 1, replies
-    return messages.validate(replies[0].message)
+    assert isinstance(replies[0].message, Reply)
+    return on_the_wire(replies[0].message)
 
 
 class Sim:
@@ -73,10 +107,10 @@ class Sim:
         self._next_id += 1
         return self._next_id
 
-    def hello(self, agent_id: int, **fields) -> dict:
+    def hello(self, agent_id: int, **fields) -> Hello:
         base = {"host": f"host{agent_id % 3}", "pid": 1000 + agent_id, "program": "prog",
                 "tree_id": f"t{agent_id}"}
-        return messages.make("hello", role="agent", token="tok", **{**base, **fields})
+        return Hello(role=Role.AGENT, token="tok", **{**base, **fields})
 
     def join_one(self, **fields) -> tuple[int, list]:
         agent_id = self.new_id()
@@ -99,11 +133,11 @@ class Sim:
     def leave(self, agent_id: int) -> list:
         return self._record(self.m.agent_left(agent_id, self.now))
 
-    def send(self, agent_id: int, msg: dict) -> list:
-        return self._record(self.m.agent_message(agent_id, messages.validate(msg), self.now))
+    def send(self, agent_id: int, msg: Message) -> list:
+        return self._record(self.m.agent_message(agent_id, on_the_wire(msg), self.now))
 
     def report(self, agent_id: int, state: State, ok: bool = True, **extra) -> list:
-        return self.send(agent_id, messages.make("reached", state=state.value, ok=ok, **extra))
+        return self.send(agent_id, Reached(state=state, ok=ok, **extra))
 
     def step(self, state: State, ids=None, *, images: bool = True, publish: bool = True) -> list:
         """Every agent in ids (default: the round's participants) reports state;
@@ -115,7 +149,8 @@ class Sim:
         results = []
         for agent_id in ids:
             extra = {"image": image_of(agent_id)} \
-                if images and state is State.CHECKPOINTED and self.m.round.kind == "checkpoint" \
+                if images and state is State.CHECKPOINTED \
+                and self.m.round.kind is RoundKind.CHECKPOINT \
                 else {}
             results.append(self.report(agent_id, state, **extra))
         assert all(r == [] for r in results[:-1]), "the barrier was released early"
@@ -131,7 +166,7 @@ class Sim:
         its images are durable, as a real agent does after the dump;
         returns what the last one caused."""
         rnd = self.m.round
-        results = [self.send(a, messages.make("published", generation=rnd.generation, ok=ok))
+        results = [self.send(a, Published(generation=rnd.generation, ok=ok))
                    for a in sorted(rnd.images if ids is None else ids)]
         return results[-1] if results else []
 
@@ -182,7 +217,7 @@ def test_blocking_checkpoint_through_every_barrier(n):
     sim.now = 13.0
     actions = sim.step(State.RUNNING, publish=False)
     # the trees run again; the generation waits for its images to be durable
-    assert sent(actions, "barrier") == [] and actions == []
+    assert sent(actions, Barrier) == [] and actions == []
     assert sim.m.round is not None and sim.m.round.resumed
     sim.now = 13.25
     assert sim.publish(ids[:-1]) == [] if n > 1 else True
@@ -192,12 +227,12 @@ def test_blocking_checkpoint_through_every_barrier(n):
     # the restart script is written before the client hears of it
     assert actions.index(done[0]) < actions.index(of_type(actions, ReplyClient)[0])
     reply = only_reply(sim.log, CLIENT)
-    assert reply == {"v": 1, "type": "reply", "ok": True, "kind": "checkpoint", "generation": 1,
-                     "duration": 3.25, "bytes": sum(100 + a for a in ids), "trees": n,
-                     "processes": 0, "error": None}
+    assert reply == Reply(ok=True, body={"kind": "checkpoint", "generation": 1, "duration": 3.25,
+                                         "bytes": sum(100 + a for a in ids), "trees": n,
+                                         "processes": 0})
     assert sim.m.generation == 1
     assert sim.m.round is None
-    assert sim.m.last_checkpoint == {k: v for k, v in reply.items() if k not in ("v", "type")}
+    assert sim.m.last_checkpoint == {**reply.body, "ok": True, "error": None}
     assert len(of_type(sim.log, GenerationComplete)) == 1
     assert of_type(sim.log, Shutdown) == []
     status = sim.m.status()
@@ -212,14 +247,14 @@ def test_progress_goes_to_the_waiters_that_asked_for_it_summed_over_trees():
     sim.checkpoint(CLIENT, blocking=True, progress=True)
     sim.checkpoint(OTHER_CLIENT, blocking=True)  # waits, but asked for no progress
     sim.advance_to(State.CHECKPOINTED)
-    note = messages.make("progress", generation=1, written=10, expected=100)
+    note = Progress(generation=1, written=10, expected=100)
     first = sim.send(a, note)
     assert [r.client_id for r in of_type(first, ReplyClient)] == [CLIENT]
-    second = sim.send(b, {**note, "written": 5, "expected": 50})
-    shown = messages.validate(of_type(second, ReplyClient)[0].message)
-    assert (shown["written"], shown["expected"], shown["reporting"], shown["trees"]) == (15, 150, 2, 2)
+    second = sim.send(b, dataclasses.replace(note, written=5, expected=50))
+    shown = on_the_wire(of_type(second, ReplyClient)[0].message)
+    assert shown == Progress(generation=1, written=15, expected=150, trees=2, reporting=2)
     # a report of another generation, or from no participant, is dropped
-    assert sim.send(a, {**note, "generation": 7}) == []
+    assert sim.send(a, dataclasses.replace(note, generation=7)) == []
 
 
 def test_generation_increments_per_checkpoint():
@@ -238,10 +273,10 @@ def test_non_blocking_request_is_answered_at_once():
     actions = sim.checkpoint(CLIENT)
     replies = of_type(actions, ReplyClient)
     assert len(replies) == 1 and replies[0].client_id == CLIENT
-    assert replies[0].message == messages.make("reply", ok=True, generation=1)
-    assert actions.index(replies[0]) < actions.index(sent(actions, "barrier")[0])
+    assert replies[0].message == Reply(ok=True, body={"generation": 1})
+    assert actions.index(replies[0]) < actions.index(sent(actions, Barrier)[0])
     sim.advance_to(None)
-    assert only_reply(sim.log, CLIENT)["generation"] == 1  # still just the one
+    assert only_reply(sim.log, CLIENT).body["generation"] == 1  # still just the one
     assert sim.m.generation == 1
 
 
@@ -254,8 +289,7 @@ def test_request_without_agents(client):
     if client is None:
         assert actions == []
     else:
-        assert actions == [ReplyClient(client, messages.make(
-            "reply", ok=False, error="no processes to checkpoint"))]
+        assert actions == [ReplyClient(client, Reply(ok=False, error="no processes to checkpoint"))]
 
 
 def test_second_blocking_request_joins_as_waiter():
@@ -264,8 +298,8 @@ def test_second_blocking_request_joins_as_waiter():
     assert sim.checkpoint(OTHER_CLIENT, blocking=True) == []
     sim.advance_to(None)
     first, second = only_reply(sim.log, CLIENT), only_reply(sim.log, OTHER_CLIENT)
-    assert first == second and first["ok"] and first["generation"] == 1
-    assert len(sent(sim.log, "barrier")) == 5 * 6  # one round, not two
+    assert first == second and first.ok and first.body["generation"] == 1
+    assert len(sent(sim.log, Barrier)) == 5 * 6  # one round, not two
     assert sim.m.generation == 1
 
 
@@ -274,8 +308,8 @@ def test_second_non_blocking_request_gets_a_note():
     sim.checkpoint(CLIENT, blocking=True)
     sim.step(State.SUSPENDED)
     actions = sim.checkpoint(OTHER_CLIENT)
-    assert actions == [ReplyClient(OTHER_CLIENT, messages.make(
-        "reply", ok=True, note="a checkpoint is already in progress"))]
+    assert actions == [ReplyClient(OTHER_CLIENT, Reply(
+        ok=True, body={"note": "a checkpoint is already in progress"}))]
     assert sim.m.round.state is State.FD_LEADER_ELECTION
     assert sim.checkpoint(None) == []
 
@@ -298,9 +332,9 @@ def test_agent_leaving_mid_barrier_fails_the_checkpoint(n, during):
     sim.step(State.RUNNING)
     assert of_type(sim.log, GenerationComplete) == []
     reply = only_reply(sim.log, CLIENT)
-    assert reply["ok"] is False
-    assert "exited during the checkpoint" in reply["error"]
-    assert f"agent pid {1000 + gone}" in reply["error"]
+    assert reply.ok is False
+    assert "exited during the checkpoint" in reply.error
+    assert f"agent pid {1000 + gone}" in reply.error
     assert sim.m.generation == 0
     assert sim.m.last_checkpoint["ok"] is False
     assert sim.m.status()["running"]
@@ -326,7 +360,7 @@ def test_agent_leaving_before_its_images_are_durable_fails_the_generation():
     sim.step(State.RUNNING)
     assert of_type(sim.log, GenerationComplete) == []
     reply = only_reply(sim.log, CLIENT)
-    assert reply["ok"] is False and "exited during the checkpoint" in reply["error"]
+    assert reply.ok is False and "exited during the checkpoint" in reply.error
     assert sim.m.generation == 0 and sim.m.status()["running"]
 
 
@@ -336,10 +370,10 @@ def test_a_failed_publication_fails_the_generation():
     sim.advance_to(State.RUNNING)
     sim.step(State.RUNNING, publish=False)
     sim.publish([1])
-    actions = sim.send(2, messages.make("published", generation=1, ok=False, error="disk full"))
+    actions = sim.send(2, Published(generation=1, ok=False, error="disk full"))
     assert of_type(actions, GenerationComplete) == []
     reply = only_reply(sim.log, CLIENT)
-    assert reply["ok"] is False and "disk full" in reply["error"]
+    assert reply.ok is False and "disk full" in reply.error
     assert sim.m.generation == 0
 
 
@@ -358,8 +392,8 @@ def test_agent_failing_at_checkpointed():
     sim.step(State.RUNNING)
     assert of_type(sim.log, GenerationComplete) == []
     reply = only_reply(sim.log, CLIENT)
-    assert reply["ok"] is False and "criu dump failed" in reply["error"]
-    assert reply["trees"] == 19
+    assert reply.ok is False and "criu dump failed" in reply.error
+    assert reply.body["trees"] == 19
     assert sim.m.generation == 0
     # the next attempt reuses the generation number
     actions = sim.run_checkpoint()
@@ -375,7 +409,7 @@ def test_failure_without_error_text():
     sim.report(2, State.FD_LEADER_ELECTION)
     sim.advance_to(None)
     assert of_type(sim.log, GenerationComplete) == []
-    assert only_reply(sim.log, CLIENT)["error"].endswith(": failed")
+    assert only_reply(sim.log, CLIENT).error.endswith(": failed")
 
 
 def test_late_joiner_is_not_a_participant():
@@ -383,8 +417,8 @@ def test_late_joiner_is_not_a_participant():
     sim.checkpoint(CLIENT, blocking=True)
     sim.step(State.SUSPENDED)
     late, actions = sim.join_one()
-    assert sent(actions, "welcome")[0].message["generation"] == 0
-    assert sent(actions, "barrier") == []
+    assert sent(actions, Welcome)[0].message.generation == 0
+    assert sent(actions, Barrier) == []
     # it may report whatever it likes: out of turn
     notices = sim.report(late, State.FD_LEADER_ELECTION)
     assert len(notices) == 1 and "out of turn" in notices[0].text
@@ -392,7 +426,7 @@ def test_late_joiner_is_not_a_participant():
         actions = sim.step(sim.m.round.state, range(1, 6))
         assert late not in {a.agent_id for a in of_type(actions, SendAgent)}
     reply = only_reply(sim.log, CLIENT)
-    assert reply["ok"] and reply["trees"] == 5
+    assert reply.ok and reply.body["trees"] == 5
     # the next checkpoint includes it
     actions = sim.checkpoint(None)
     assert_barrier(actions, State.SUSPENDED, range(1, 7), generation=2)
@@ -421,13 +455,20 @@ def test_reached_without_a_round_is_ignored():
     assert sim.m.round is None
 
 
-def test_unknown_state_and_unknown_message_and_unknown_agent():
+@pytest.mark.parametrize("message", [Command(cmd=Cmd.STATUS), Hello(role=Role.AGENT, token="t"),
+                                     Reply(ok=True), Kill(), GenerationDone(generation=1)],
+                         ids=lambda m: m.TYPE)
+def test_a_message_no_agent_sends_is_ignored(message):
     sim = Sim(1)
-    actions = sim.send(1, messages.make("reached", state="BOGUS", ok=True))
-    assert len(actions) == 1 and "unknown state 'BOGUS'" in actions[0].text
-    actions = sim.send(1, messages.make("command", cmd="status"))
-    assert len(actions) == 1 and "ignored 'command'" in actions[0].text
-    assert sim.send(99, messages.make("reached", state="SUSPENDED", ok=True)) == []
+    actions = sim.send(1, message)
+    assert len(actions) == 1 and f"ignored {message.TYPE!r}" in actions[0].text
+    assert sim.m.round is None and sim.m.agents[1].state is State.RUNNING
+
+
+def test_unknown_agent():
+    sim = Sim(1)
+    assert sim.send(99, Reached(state=State.SUSPENDED, ok=True)) == []
+    assert sim.send(99, CkptRequest()) == []
     assert sim.leave(99) == []
 
 
@@ -436,14 +477,14 @@ def test_unknown_state_and_unknown_message_and_unknown_agent():
 def test_first_restart_agent_adopts_the_computation():
     sim = Sim(0, comp_id="fresh")
     agent_id, actions = sim.restart_join(comp_id="comp-OLD", generation=4, num_trees=3)
-    welcome = sent(actions, "welcome")
+    welcome = sent(actions, Welcome)
     assert [w.agent_id for w in welcome] == [agent_id]
-    assert welcome[0].message["comp_id"] == "comp-OLD"
-    assert welcome[0].message["generation"] == 4
+    assert welcome[0].message.comp_id == "comp-OLD"
+    assert welcome[0].message.generation == 4
     assert any("restarting" in n.text for n in of_type(actions, Notice))
     assert sim.m.comp_id == "comp-OLD" and sim.m.generation == 4
     assert sim.m.agents[agent_id].state is State.RESTARTING
-    assert sim.m.round.kind == "restart" and sim.m.round.state is State.CHECKPOINTED
+    assert sim.m.round.kind is RoundKind.RESTART and sim.m.round.state is State.CHECKPOINTED
     assert sim.m.status()["state"] == "CHECKPOINTED"
 
 
@@ -454,7 +495,7 @@ def test_restart_round_waits_for_every_tree(n, report_early):
     ids = []
     for i in range(n):
         agent_id, actions = sim.restart_join(num_trees=n, tree_id=f"tree{i}")
-        assert sent(actions, "refused") == []
+        assert sent(actions, Refused) == []
         ids.append(agent_id)
         if report_early:
             released = sim.report(agent_id, State.CHECKPOINTED)
@@ -466,7 +507,7 @@ def test_restart_round_waits_for_every_tree(n, report_early):
     assert_barrier(sim.step(State.REFILLED), State.RUNNING, ids, generation=4)
     sim.now = 101.0
     actions = sim.step(State.RUNNING)
-    assert sent(actions, "barrier") == []
+    assert sent(actions, Barrier) == []
     assert any("restart of generation 4 done" in a.text for a in of_type(actions, Notice))
     assert of_type(sim.log, GenerationComplete) == []
     assert of_type(sim.log, ReplyClient) == []
@@ -480,9 +521,9 @@ def test_restart_agent_refused_when_busy_with_another_computation():
     sim = Sim(2)
     agent_id, actions = sim.restart_join()
     assert len(actions) == 1
-    refused = sent(actions, "refused")[0]
+    refused = sent(actions, Refused)[0]
     assert refused.agent_id == agent_id
-    assert "busy with computation comp-A" in refused.message["error"]
+    assert "busy with computation comp-A" in refused.message.error
     assert agent_id not in sim.m.agents
     assert sim.m.comp_id == COMP and sim.m.round is None
 
@@ -491,9 +532,9 @@ def test_restart_agent_of_another_computation_refused_during_a_restart():
     sim = Sim(0)
     sim.restart_join(comp_id="comp-OLD", num_trees=2)
     agent_id, actions = sim.restart_join(comp_id="comp-OTHER", num_trees=2)
-    assert "busy with computation comp-OLD" in sent(actions, "refused")[0].message["error"]
+    assert "busy with computation comp-OLD" in sent(actions, Refused)[0].message.error
     agent_id, actions = sim.restart_join(comp_id="comp-OLD", generation=3, num_trees=2)
-    assert sent(actions, "refused"), "another generation of the same computation"
+    assert sent(actions, Refused), "another generation of the same computation"
     assert len(sim.m.agents) == 1
 
 
@@ -501,7 +542,7 @@ def test_same_tree_restarted_twice_is_refused():
     sim = Sim(0)
     sim.restart_join(num_trees=2, tree_id="same")
     agent_id, actions = sim.restart_join(num_trees=2, tree_id="same")
-    assert "tree same is already being restarted" in sent(actions, "refused")[0].message["error"]
+    assert "tree same is already being restarted" in sent(actions, Refused)[0].message.error
     assert agent_id not in sim.m.agents
     assert sim.m.round.participants == {1}
 
@@ -511,16 +552,15 @@ def test_restart_agent_refused_once_past_checkpointed():
     sim.restart_join(num_trees=1)
     sim.step(State.CHECKPOINTED)
     _, actions = sim.restart_join(num_trees=1, tree_id="late")
-    assert sent(actions, "refused")
+    assert sent(actions, Refused)
 
 
 def test_checkpoint_request_during_restart_is_refused():
     sim = Sim(0)
     sim.restart_join(num_trees=2)
     actions = sim.checkpoint(CLIENT, blocking=True)
-    assert actions == [ReplyClient(CLIENT, messages.make(
-        "reply", ok=False, error="a restart is in progress"))]
-    assert sim.m.round.kind == "restart"
+    assert actions == [ReplyClient(CLIENT, Reply(ok=False, error="a restart is in progress"))]
+    assert sim.m.round.kind is RoundKind.RESTART
 
 
 def test_restart_agent_failing_aborts_the_restart():
@@ -529,15 +569,15 @@ def test_restart_agent_failing_aborts_the_restart():
         sim.restart_join(num_trees=4, tree_id=f"tree{i}")
     sim.report(1, State.CHECKPOINTED)
     actions = sim.report(2, State.CHECKPOINTED, ok=False, error="criu restore failed")
-    assert [(a.agent_id, a.message["type"]) for a in of_type(actions, SendAgent)] == \
-        [(1, "kill"), (2, "kill"), (3, "kill")]
+    assert [(a.agent_id, a.message) for a in of_type(actions, SendAgent)] == \
+        [(1, Kill()), (2, Kill()), (3, Kill())]
     notices = [n.text for n in of_type(actions, Notice)]
     assert any("restart of generation 4 FAILED" in t and "criu restore failed" in t
                for t in notices)
     assert sim.m.round is None
     # a straggler of the aborted restart is refused
     _, actions = sim.restart_join(num_trees=4, tree_id="tree3")
-    assert sent(actions, "refused")
+    assert sent(actions, Refused)
 
 
 def test_restart_agent_leaving_aborts_the_restart():
@@ -546,7 +586,7 @@ def test_restart_agent_leaving_aborts_the_restart():
         sim.restart_join(num_trees=3, tree_id=f"tree{i}")
     sim.step(State.CHECKPOINTED)
     actions = sim.leave(2)
-    assert [a.agent_id for a in sent(actions, "kill")] == [1, 3]
+    assert [a.agent_id for a in sent(actions, Kill)] == [1, 3]
     assert any("exited during restart" in n.text for n in of_type(actions, Notice))
     assert sim.m.round is None
 
@@ -559,7 +599,7 @@ def test_restart_agent_leaving_at_the_last_barrier_is_not_an_abort():
     sim.step(State.REFILLED)
     sim.report(1, State.RUNNING)
     actions = sim.leave(2)
-    assert sent(actions, "kill") == []
+    assert sent(actions, Kill) == []
     assert any("restart of generation 4 done" in n.text for n in of_type(actions, Notice))
 
 
@@ -586,7 +626,7 @@ def test_exit_on_last_when_the_last_agent_leaves_mid_checkpoint():
     sim.leave(1)
     actions = sim.leave(2)
     assert of_type(actions, Shutdown) == [Shutdown("last process exited")]
-    assert only_reply(sim.log, CLIENT)["ok"] is False
+    assert only_reply(sim.log, CLIENT).ok is False
 
 
 def test_exit_on_last_when_the_only_restart_agent_leaves():
@@ -605,13 +645,13 @@ def test_exit_after_checkpoint(n):
         assert_barrier(sim.step(state), next_state(state), range(1, n + 1), generation=1,
                        stop=True)
     actions = sim.step(State.CHECKPOINTED)
-    assert sent(actions, "barrier") == []  # the trees were stopped by the dump
+    assert sent(actions, Barrier) == []  # the trees were stopped by the dump
     assert of_type(actions, GenerationComplete) == [
         GenerationComplete(1, tuple(image_of(a) for a in range(1, n + 1)))]
     assert of_type(actions, Shutdown) == [Shutdown("exit after checkpoint")]
     assert actions.index(of_type(actions, ReplyClient)[0]) < actions.index(Shutdown(
         "exit after checkpoint"))
-    assert only_reply(sim.log, CLIENT)["ok"] is True
+    assert only_reply(sim.log, CLIENT).ok is True
     assert sim.m.generation == 1 and sim.m.round is None
 
 
@@ -622,9 +662,9 @@ def test_exit_after_checkpoint_does_not_exit_on_a_failed_one():
     sim.report(1, State.CHECKPOINTED, image=image_of(1))
     actions = sim.report(2, State.CHECKPOINTED, ok=False, error="disk full")
     # the agents are told to drop what they dumped, and nobody waits for it
-    assert {a.message["ok"] for a in sent(actions, "commit")} == {False}
+    assert {a.message.ok for a in sent(actions, Commit)} == {False}
     assert of_type(actions, Shutdown) == [] and of_type(actions, GenerationComplete) == []
-    assert only_reply(sim.log, CLIENT)["ok"] is False
+    assert only_reply(sim.log, CLIENT).ok is False
     assert sim.m.round is None
 
 
@@ -637,29 +677,29 @@ def test_a_failed_dump_ends_the_round_without_waiting_for_images():
     sim.step(State.REFILLED)
     sim.step(State.RUNNING, publish=False)
     assert sim.m.round is None
-    assert only_reply(sim.log, CLIENT)["ok"] is False
+    assert only_reply(sim.log, CLIENT).ok is False
 
 
 def test_commit_comes_once_every_tree_dumped():
     sim = Sim(2)
     sim.checkpoint(CLIENT, blocking=True)
     sim.advance_to(State.CHECKPOINTED)
-    assert sent(sim.report(1, State.CHECKPOINTED, image=image_of(1)), "commit") == []
+    assert sent(sim.report(1, State.CHECKPOINTED, image=image_of(1)), Commit) == []
     actions = sim.report(2, State.CHECKPOINTED, image=image_of(2))
-    commits = sent(actions, "commit")
+    commits = sent(actions, Commit)
     assert sorted(a.agent_id for a in commits) == [1, 2]
-    assert {a.message["ok"] for a in commits} == {True}
+    assert {a.message.ok for a in commits} == {True}
 
 
 def test_stop_request_ends_at_checkpointed_without_exiting():
     sim = Sim(3)
     actions = sim.run_checkpoint(CLIENT, blocking=True, stop=True)
-    assert {a.message["stop"] for a in sent(actions, "barrier")} == {True}
-    assert {a.message["state"] for a in sent(actions, "barrier")} == {
-        "SUSPENDED", "FD_LEADER_ELECTION", "DRAINED", "CHECKPOINTED"}
+    assert {a.message.stop for a in sent(actions, Barrier)} == {True}
+    assert {a.message.state for a in sent(actions, Barrier)} == {
+        State.SUSPENDED, State.FD_LEADER_ELECTION, State.DRAINED, State.CHECKPOINTED}
     assert len(of_type(actions, GenerationComplete)) == 1
     assert of_type(actions, Shutdown) == []
-    assert only_reply(sim.log, CLIENT)["ok"] is True
+    assert only_reply(sim.log, CLIENT).ok is True
     # the stopped trees' agents then go away; that is no error
     for agent_id in (1, 2, 3):
         assert of_type(sim.leave(agent_id), Shutdown) == []
@@ -681,7 +721,7 @@ def test_stopped_agent_exiting_before_the_others_report():
     assert of_type(actions, GenerationComplete) == [
         GenerationComplete(1, tuple(image_of(a) for a in (1, 2, 3)))]
     reply = only_reply(sim.log, CLIENT)
-    assert reply["ok"] is True and reply["trees"] == 3
+    assert reply.ok is True and reply.body["trees"] == 3
     assert sim.m.generation == 1
 
 
@@ -694,7 +734,7 @@ def test_stopped_checkpoint_losing_a_tree_before_its_dump_fails(during):
     sim.advance_to(None)
     assert of_type(sim.log, GenerationComplete) == []
     reply = only_reply(sim.log, CLIENT)
-    assert reply["ok"] is False and "exited during the checkpoint" in reply["error"]
+    assert reply.ok is False and "exited during the checkpoint" in reply.error
     assert sim.m.generation == 0
 
 
@@ -704,12 +744,12 @@ def test_stopped_checkpoint_losing_a_tree_before_its_dump_fails(during):
 def test_kill(client):
     sim = Sim(4)
     actions = sim._record(sim.m.kill(client))
-    assert [a.agent_id for a in sent(actions, "kill")] == [1, 2, 3, 4]
-    assert all(a.message == messages.make("kill") for a in sent(actions, "kill"))
+    assert [a.agent_id for a in sent(actions, Kill)] == [1, 2, 3, 4]
+    assert all(a.message == Kill() for a in sent(actions, Kill))
     if client is None:
         assert of_type(actions, ReplyClient) == []
     else:
-        assert only_reply(actions, client) == messages.make("reply", ok=True, killed=4)
+        assert only_reply(actions, client) == Reply(ok=True, body={"killed": 4})
     assert of_type(actions, Shutdown) == []
     assert len(sim.m.agents) == 4  # until they actually leave
 
@@ -717,8 +757,8 @@ def test_kill(client):
 def test_quit():
     sim = Sim(2)
     actions = sim.m.quit(CLIENT)
-    assert [a.agent_id for a in sent(actions, "kill")] == [1, 2]
-    assert only_reply(actions, CLIENT)["killed"] == 2
+    assert [a.agent_id for a in sent(actions, Kill)] == [1, 2]
+    assert only_reply(actions, CLIENT).body["killed"] == 2
     assert actions[-1] == Shutdown("quit requested")
 
 
@@ -758,10 +798,10 @@ def test_no_interval_no_ticks():
 def test_set_interval():
     sim = Sim(1, now=0.0)
     actions = sim.m.set_interval(CLIENT, 5, now=50.0)
-    assert actions == [ReplyClient(CLIENT, messages.make("reply", ok=True, interval=5.0))]
+    assert actions == [ReplyClient(CLIENT, Reply(ok=True, body={"interval": 5.0}))]
     assert sim.m.status()["checkpoint_interval"] == 5.0
     assert sim.tick(54.0) == []
-    assert sent(sim.tick(55.0), "barrier")
+    assert sent(sim.tick(55.0), Barrier)
     sim.m.round = None
     assert sim.m.set_interval(None, -3, now=60.0) == []
     assert sim.m.interval == 0.0
@@ -770,8 +810,8 @@ def test_set_interval():
 
 # ---- status and listing -------------------------------------------------------------------
 
-def peers(count: int) -> dict:
-    return messages.make("peers", count=count, procs=[[i, "prog"] for i in range(count)])
+def peers(count: int) -> Peers:
+    return Peers(procs=tuple(ProcInfo(pid=i, name="prog") for i in range(count)))
 
 
 def test_status_counts():
@@ -806,11 +846,68 @@ def test_listing():
     ]
 
 
+def test_listing_shows_ranks_and_connections_outside_as_plain_json():
+    sim = Sim(1)
+    sim.send(1, Peers(procs=(ProcInfo(pid=7, name="mpi_solver", rank=0),
+                             ProcInfo(pid=8, name="helper"))))
+    sim.checkpoint(None)
+    sim.step(State.SUSPENDED)
+    sim.step(State.FD_LEADER_ELECTION)
+    sim.report(1, State.DRAINED, external=("127.0.0.1:5>127.0.0.1:6",))
+    row = sim.m.listing()[0]
+    assert row["procs"] == [[7, "mpi_solver", 0], [8, "helper"]]
+    assert row["external"] == ["127.0.0.1:5>127.0.0.1:6"]
+    # a reply's body: it goes on the wire as it is
+    on_the_wire(Reply(ok=True, body={"trees": sim.m.listing(), **sim.m.status()}))
+    assert proc_lines(row["procs"]) == ["    pid 7  mpi_solver  rank 0", "    pid 8  helper"]
+
+
+def test_connections_not_drained_are_named_in_every_later_barrier():
+    sim = Sim(2)
+    sim.checkpoint(CLIENT, blocking=True)
+    sim.advance_to(State.DRAINED)
+    sim.report(1, State.DRAINED, failed_conns=("b|c",))
+    actions = sim.report(2, State.DRAINED, failed_conns=("a|b",))
+    assert {a.message.failed_conns for a in sent(actions, Barrier)} == {("a|b", "b|c")}
+    assert {a.message.state for a in sent(actions, Barrier)} == {State.CHECKPOINTED}
+    actions = sim.step(State.CHECKPOINTED)
+    assert {a.message.failed_conns for a in sent(actions, Barrier)} == {("a|b", "b|c")}
+    sim.advance_to(None)
+    assert only_reply(sim.log, CLIENT).ok
+    assert {a.message.failed_conns for a in sent(sim.checkpoint(None), Barrier)} == {()}
+
+
+def test_a_dump_reported_without_its_image_fails_the_checkpoint():
+    sim = Sim(2)
+    sim.checkpoint(CLIENT, blocking=True)
+    sim.advance_to(State.CHECKPOINTED)
+    sim.report(1, State.CHECKPOINTED, image=image_of(1))
+    actions = sim.report(2, State.CHECKPOINTED)
+    assert {a.message.ok for a in sent(actions, Commit)} == {False}
+    sim.advance_to(None)
+    reply = only_reply(sim.log, CLIENT)
+    assert reply.ok is False and "reported no image" in reply.error
+    assert of_type(sim.log, GenerationComplete) == [] and sim.m.generation == 0
+
+
+def test_the_program_asking_for_a_checkpoint_starts_one_or_joins_it():
+    sim = Sim(2)
+    actions = sim.send(1, CkptRequest())
+    assert any("asked for a checkpoint" in n.text for n in of_type(actions, Notice))
+    assert_barrier(actions, State.SUSPENDED, [1, 2], generation=1)
+    assert of_type(sim.send(2, CkptRequest()), SendAgent) == []  # the same round
+    sim.advance_to(None)
+    assert sim.m.generation == 1
+    done = sent(sim.log, GenerationDone)
+    assert [a.agent_id for a in done] == [1, 2]
+    assert {a.message for a in done} == {GenerationDone(generation=1, ok=True)}
+
+
 def test_join_with_sparse_hello_uses_placeholders():
     m = CoordinatorMachine(COMP)
-    actions = m.agent_joined(1, messages.make("hello", role="agent", token="t"), 0.0)
-    welcome = messages.validate(sent(actions, "welcome")[0].message)
-    assert (welcome["comp_id"], welcome["agent_id"], welcome["generation"]) == (COMP, 1, 0)
+    actions = m.agent_joined(1, Hello(role=Role.AGENT, token="t"), 0.0)
+    welcome = on_the_wire(sent(actions, Welcome)[0].message)
+    assert (welcome.comp_id, welcome.agent_id, welcome.generation) == (COMP, 1, 0)
     assert m.listing()[0]["host"] == "?" and m.listing()[0]["agent_pid"] == 0
 
 
@@ -818,13 +915,13 @@ def test_a_fresh_coordinator_takes_rejoining_agents_back_with_their_generation()
     sim = Sim(0, comp_id="comp-NEW")
     first, actions = sim.join_one(rejoin=True, comp_id="comp-OLD", generation=3)
     assert first in sim.m.agents and sim.m.comp_id == "comp-OLD" and sim.m.generation == 3
-    welcome = sent(actions, "welcome")[0].message
-    assert welcome["comp_id"] == "comp-OLD" and welcome["generation"] == 3
+    welcome = sent(actions, Welcome)[0].message
+    assert welcome.comp_id == "comp-OLD" and welcome.generation == 3
     second, _ = sim.join_one(rejoin=True, comp_id="comp-OLD", generation=3)
     assert second in sim.m.agents
     # another computation's agent is refused; so is anyone once this one ran
     stranger, actions = sim.join_one(rejoin=True, comp_id="comp-OTHER", generation=9)
-    assert stranger not in sim.m.agents and sent(actions, "refused")
+    assert stranger not in sim.m.agents and sent(actions, Refused)
     assert sim.m.comp_id == "comp-OLD" and sim.m.generation == 3
 
 
@@ -832,4 +929,4 @@ def test_a_busy_coordinator_refuses_a_rejoin_of_another_computation():
     sim = Sim(1, comp_id="comp-A")
     agent, actions = sim.join_one(rejoin=True, comp_id="comp-B", generation=2)
     assert agent not in sim.m.agents
-    assert "busy with computation comp-A" in sent(actions, "refused")[0].message["error"]
+    assert "busy with computation comp-A" in sent(actions, Refused)[0].message.error

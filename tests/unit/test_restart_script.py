@@ -9,13 +9,14 @@ import subprocess
 import pytest
 
 from dmtcp_py.coordinator import restart_script
+from dmtcp_py.protocol.messages import ImageInfo
 
 LINK = "dmtcp_restart_script.sh"
 ODD_PATH = "/ck pt/it's $(touch x) `y`;\"z\".dmtcp"
 
 
-def image(host: str, path: str) -> dict:
-    return {"host": host, "path": path, "tree_id": "t", "bytes": 1}
+def image(host: str, path: str) -> ImageInfo:
+    return ImageInfo(host=host, path=path, tree_id="t", program="prog", bytes=1)
 
 
 DEFAULTS = {"comp_id": "c0ffee", "generation": 7, "coord_host": "node1", "coord_port": 7779}
