@@ -19,8 +19,10 @@ import os
 import socket
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Iterable
 
 from dmtcp_py import procfs
+from dmtcp_py.images.socket_table import Address, Option, SocketInfo
 
 # options that describe how the program set its socket up (restored on a
 # new socket after a restart); transient ones (TCP_CORK) are left out
@@ -116,7 +118,10 @@ def to_park(pids: list[int]) -> dict[int, list[int]]:
     return out
 
 
-def _is_local_only(ip: str) -> bool:
+def is_namespace_local(ip: str) -> bool:
+    """An address that means something only inside one network namespace
+    (loopback, the wildcard; also what is no IP address at all): every
+    host has it, and it names a different place on each."""
     try:
         addr = ipaddress.ip_address(ip.split("%")[0])
     except ValueError:
@@ -138,37 +143,37 @@ def _plain_ip(ip: str) -> str:
 
 def inet_key(kind: str, addr: tuple, netid: str) -> str:
     ip, port = _plain_ip(addr[0]), addr[1]
-    if _is_local_only(ip):
+    if is_namespace_local(ip):
         return f"{kind}:{netid}/{ip}:{port}"
     return f"{kind}:{ip}:{port}"
 
 
 @dataclass
 class SocketEntry:
-    """One parked socket (one inode), with every (pid, fd) that holds it."""
+    """One parked socket (one inode), what it is, and every (pid, fd) that
+    holds it."""
     ino: int
     sock: socket.socket
+    info: SocketInfo
     copies: list[tuple[int, int]] = field(default_factory=list)
     leader: bool = False
-    info: dict = field(default_factory=dict)
 
     @property
     def kind(self) -> str:
         return "stream" if self.sock.type == socket.SOCK_STREAM else "message"
 
 
-def describe(sock: socket.socket, ino: int, unix_peer: int) -> dict:
+def describe(sock: socket.socket, ino: int, unix_peer: int) -> SocketInfo:
+    """What the socket is: the one place a SocketInfo is made of a live socket."""
     family, type_ = sock.family, sock.type
-    info: dict = {"ino": ino, "family": int(family), "type": int(type_), "proto": sock.proto}
     try:
-        info["listening"] = bool(sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN))
+        listening = bool(sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN))
     except OSError:
-        info["listening"] = False
-    info["local"] = _addr(family, sock.getsockname())
+        listening = False
     try:
-        info["peer"] = _addr(family, sock.getpeername())
+        peer = _addr(family, sock.getpeername())
     except OSError:
-        info["peer"] = None
+        peer = None
     wanted = list(_OPTIONS)
     if family in (socket.AF_INET, socket.AF_INET6) and type_ == socket.SOCK_STREAM:
         wanted += _TCP_OPTIONS
@@ -177,30 +182,31 @@ def describe(sock: socket.socket, ino: int, unix_peer: int) -> dict:
     options = []
     for level, name, size in wanted:
         try:
-            options.append([level, name, sock.getsockopt(level, name, size).hex()])
+            options.append((level, name, sock.getsockopt(level, name, size).hex()))
         except OSError:
             pass
-    info["options"] = options
-    netid = netns_id()
     if family == socket.AF_UNIX:
-        info["key"] = f"unix:{boot_id()}:{ino}"
-        info["peer_key"] = f"unix:{boot_id()}:{unix_peer}" if unix_peer else None
+        key = f"unix:{boot_id()}:{ino}"
+        peer_key = f"unix:{boot_id()}:{unix_peer}" if unix_peer else None
     else:
+        netid = netns_id()
         kind = "tcp" if type_ == socket.SOCK_STREAM else "udp"
-        info["key"] = inet_key(kind, sock.getsockname(), netid)
-        info["peer_key"] = inet_key(kind, sock.getpeername(), netid) if info["peer"] else None
-    return info
+        key = inet_key(kind, sock.getsockname(), netid)
+        peer_key = inet_key(kind, sock.getpeername(), netid) if peer else None
+    return SocketInfo(ino=ino, family=int(family), type=int(type_), proto=sock.proto,
+                      listening=listening, local=_addr(family, sock.getsockname()), peer=peer,
+                      options=tuple(options), key=key, peer_key=peer_key)
 
 
-def _addr(family: int, addr) -> list | str | None:
+def _addr(family: int, addr) -> Address:
     if family == socket.AF_UNIX:
         if isinstance(addr, bytes):
             return "@" + addr[1:].decode(errors="replace") if addr[:1] == b"\0" else addr.decode(errors="replace")
         return addr or None
-    return [addr[0], addr[1]]
+    return (addr[0], addr[1])
 
 
-def set_options(sock: socket.socket, options: list) -> None:
+def set_options(sock: socket.socket, options: Iterable[Option]) -> None:
     for level, name, value in options:
         try:
             sock.setsockopt(level, name, bytes.fromhex(value))
@@ -218,8 +224,8 @@ def entries(parked) -> dict[int, SocketEntry]:
         if entry is None:
             if p.sock.family == socket.AF_UNIX and peers is None:
                 peers = unix_peers()
-            entry = out[ino] = SocketEntry(ino, p.sock)
-            entry.info = describe(p.sock, ino, (peers or {}).get(ino, 0))
+            entry = out[ino] = SocketEntry(ino, p.sock,
+                                           describe(p.sock, ino, (peers or {}).get(ino, 0)))
         entry.copies.append((p.pid, p.fd))
         entry.leader = entry.leader or p.leader
     return out

@@ -1,25 +1,31 @@
-"""The agent's protocol machine: what one tree does at each barrier (sans-IO).
+"""The agent's protocol machine: what one tree does in a round (sans-IO).
 
-No sockets, no CRIU, no clock: the asyncio runner (runner.py) feeds in the
-coordinator's messages and the results of the work it carried out, and
-sends what comes back.  Decisions live here, where unit tests can drive
-many agents at once in memory against the coordinator's machine.
+No sockets, no CRIU, no clock.  The asyncio runner (runner.py) feeds in the
+coordinator's messages and what became of the work it carried out, and
+carries out the actions that come back; it decides nothing.  Every fact of
+a tree's round lives here: the state, the images waiting for the
+coordinator's commit, the processes expected back, the generation the
+processes belong to, the last published generation told to a coordinator
+we rejoin.
 
-At each barrier the machine names one piece of work (a Work value) for
-the runner: ask the shims to stop or to elect, park and drain the sockets,
-dump, refill and give back, release.  The runner reports how it went and
-gets the "reached" message to send.  A dump leaves images waiting for the
-coordinator's commit: published when every tree dumped, dropped otherwise.
+At each barrier the machine names one piece of work (DoWork with a Step):
+ask the shims to stop or to elect, park and drain the sockets, dump, refill
+and give back, release.  The runner reports how it went (work_done), and
+the machine answers with the "reached" message to send.  A dump leaves
+images waiting for the commit: published when every tree dumped, dropped
+otherwise, and dropped too when the coordinator goes away or never says.
 """
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
+from dmtcp_py.agent import records
 from dmtcp_py.protocol import messages
-from dmtcp_py.protocol.states import State, TransitionError, check_transition, parse
+from dmtcp_py.protocol.states import State, TransitionError, check_transition
 
-RESUME_RESTORED = 1 << 32  # as hijack/include/dmtcp_record.h says
+COMMIT_TIMEOUT = 30.0  # a stopped tree's agent waits this long for the commit
 
 
 class Work(enum.Enum):
@@ -42,114 +48,302 @@ WORK_AT = {
 
 
 @dataclass(frozen=True)
-class Barrier:
-    """One barrier the coordinator opened, as the runner needs it."""
+class Step:
+    """One barrier's work, with everything the runner needs to carry it out."""
     target: State
     work: Work
     generation: int
-    stop: bool
-    num_trees: int
-    failed_conns: frozenset[str] = frozenset()  # connections not to refill
+    comp_id: str = ""                           # DRAIN: names the drain cookies
+    stop: bool = False                          # DUMP: the tree ends with the dump
+    num_trees: int = 1                          # DUMP: written into the manifest
+    failed_conns: frozenset[str] = frozenset()  # REFILL: connections not to refill
+    expect_pids: frozenset[int] = frozenset()   # REFILL: processes that come back
+    resume_arg: int = 0                         # RESUME: what the processes are told
 
 
-class Verdict(enum.Enum):
-    PUBLISH = "publish"
-    DISCARD = "discard"
+@dataclass(frozen=True)
+class WorkResult:
+    """What became of a Step."""
+    error: str | None = None
+    image: messages.ImageInfo | None = None     # DUMP done
+    pending: Any = None                         # DUMP done: the images, for Publish/Discard
+    parked: frozenset[int] = frozenset()        # DUMP: processes detached (even if it failed)
+    external: tuple[str, ...] = ()              # DRAIN: connections leading outside
+    failed_conns: tuple[str, ...] = ()          # DRAIN: connections not drained
+
+
+# ---- actions the runner carries out -----------------------------------------
+
+@dataclass(frozen=True)
+class Send:
+    message: messages.Message
+
+
+@dataclass(frozen=True)
+class DoWork:
+    """Carry out the step, then call work_done with its result."""
+    step: Step
+
+
+@dataclass(frozen=True)
+class Publish:
+    """Make the images durable and give them their name (then published())."""
+    generation: int
+    pending: Any
+
+
+@dataclass(frozen=True)
+class Discard:
+    """Delete images that will never be a generation."""
+    generation: int
+    pending: Any
+
+
+@dataclass(frozen=True)
+class TellShims:
+    """One record to every process of the tree."""
+    record: int
+    arg: int
+
+
+@dataclass(frozen=True)
+class GiveBack:
+    """A round ends without its coordinator: wait for these processes, hand
+    every parked socket back, release the threads."""
+    expect_pids: frozenset[int]
+    resume_arg: int
+
+
+@dataclass(frozen=True)
+class WaitForCommit:
+    """The tree ended with images waiting: wait this long for the commit
+    (then commit_timed_out)."""
+    seconds: float
+
+
+@dataclass(frozen=True)
+class KillTree:
+    pass
+
+
+@dataclass(frozen=True)
+class ToNetwork:
+    """A message for the connections' side of the agent (network.py)."""
+    message: messages.Message
+
+
+@dataclass(frozen=True)
+class ReportPeers:
+    """Tell the coordinator about the tree's processes now."""
+
+
+@dataclass(frozen=True)
+class Rejoin:
+    """The coordinator went away: try its address again until one answers."""
+
+
+@dataclass(frozen=True)
+class Pending:
+    """Images dumped in a round, waiting for the coordinator's word."""
+    generation: int
+    handle: Any
+
+
+# ---- the machine -----------------------------------------------------------------
+
+@dataclass
+class Identity:
+    """Who this tree is, as the coordinator is told in hello."""
+    tree_id: str
+    program: str
+    # a restart: the computation, generation and tree count of the image
+    restart_comp_id: str | None = None
+    restart_generation: int = 0
+    restart_trees: int = 1
 
 
 @dataclass
 class AgentMachine:
-    restarting: bool = False
+    identity: Identity
     state: State = field(init=False)
+    comp_id: str = ""
     # False from SUSPENDED until RUNNING (and during a restart): a process
     # that says hello while still suspended outside that window is owed a
     # RESUME at once
     running: bool = field(init=False)
-    pending_generation: int | None = None  # dumped, waiting for the commit
-    stopped_by_checkpoint: bool = False
+    pending: Pending | None = None           # dumped, waiting for the commit
+    stopped_by_checkpoint: bool = False      # the tree ended with a dump (--stop)
+    # the processes expected back at REFILLED: those that detached for the
+    # dump (also when it failed), or those of a restored image
+    expect_pids: frozenset[int] = frozenset()
     # what the processes are told when released: the generation they belong
     # to, and whether this release ends a restart (their hooks differ)
     generation: int = 0
     restored_pending: bool = field(init=False)
+    # the last generation whose images all exist, told to a coordinator we
+    # rejoin
+    published_generation: int = 0
+    linked: bool = False                     # a coordinator answers
+    ever_linked: bool = False                # (so the next hello is a rejoin)
 
     def __post_init__(self) -> None:
-        self.state = State.RESTARTING if self.restarting else State.RUNNING
-        self.running = not self.restarting
-        self.restored_pending = self.restarting
+        restarting = self.identity.restart_comp_id is not None
+        self.state = State.RESTARTING if restarting else State.RUNNING
+        self.running = not restarting
+        self.restored_pending = restarting
+        if restarting:
+            self.comp_id = self.identity.restart_comp_id or ""
+            self.generation = self.published_generation = self.identity.restart_generation
 
-    # ---- barriers ------------------------------------------------------------
+    # ---- the coordinator link ---------------------------------------------------
 
-    def barrier(self, msg: dict) -> tuple[Barrier | None, dict | None]:
-        """A barrier message: the work to do, or (None, the refusal to send)."""
-        try:
-            target = parse(msg["state"])
-            check_transition(self.state, target)
-        except TransitionError as exc:
-            return None, messages.make("reached", state=msg["state"], ok=False, error=str(exc))
-        if target is State.SUSPENDED:
-            self.running = False
-        failed = msg.get("failed_conns")
-        return Barrier(target, WORK_AT[target], int(msg.get("generation", 0)),
-                       bool(msg.get("stop")), int(msg.get("num_trees", 1)),
-                       frozenset(str(c) for c in failed) if isinstance(failed, list)
-                       else frozenset()), None
+    def hello(self, token: str, host: str, pid: int) -> messages.Hello:
+        """The first message to a coordinator: a rejoin once we had one."""
+        ident = self.identity
+        base = dict(role=messages.Role.AGENT, token=token, host=host, pid=pid,
+                    program=ident.program, tree_id=ident.tree_id)
+        if self.ever_linked:
+            # the coordinator we had died: this one takes us back
+            return messages.Hello(**base, rejoin=True, comp_id=self.comp_id,
+                                  generation=self.published_generation)
+        if ident.restart_comp_id is not None:
+            return messages.Hello(**base, restart=True, comp_id=ident.restart_comp_id,
+                                  generation=ident.restart_generation,
+                                  num_trees=max(1, ident.restart_trees))
+        return messages.Hello(**base)
 
-    def done(self, barrier: Barrier, error: str | None = None, **extra) -> dict:
-        """The work of a barrier is over: the state is reached (also when
-        the work failed: the checkpoint fails, the tree goes on)."""
-        self.state = barrier.target
-        if barrier.target is State.RUNNING:
+    def welcomed(self, welcome: messages.Welcome) -> list:
+        self.comp_id = welcome.comp_id
+        self.linked = True
+        rejoined = self.ever_linked
+        self.ever_linked = True
+        # a coordinator we rejoin has not heard of our processes yet
+        return [ReportPeers()] if rejoined else []
+
+    def coordinator_lost(self) -> list:
+        """The link broke.  A round under way ends here, so that the program
+        never stays stopped: images dumped for it are dropped, sockets and
+        threads given back.  Then the coordinator's address is tried again."""
+        self.linked = False
+        actions: list = []
+        if not self.running:
+            actions += self._drop_pending()
+            self.state = State.RUNNING
             self.running = True
-        if barrier.work is Work.DUMP and error is None:
-            self.pending_generation = barrier.generation
-            self.stopped_by_checkpoint = barrier.stop
-        if error is not None:
-            extra["error"] = error
-        return messages.make("reached", state=barrier.target.value, ok=error is None, **extra)
+            self.stopped_by_checkpoint = False
+            actions.append(GiveBack(self.expect_pids, self.resume_arg()))
+            self.restored_pending = False  # that release told them
+        return actions + [Rejoin()]
 
-    # ---- restart ----------------------------------------------------------------
+    # ---- messages from the coordinator ------------------------------------------------
 
-    def restored(self, error: str | None = None) -> dict:
+    def on_message(self, msg: messages.Message) -> list:
+        if isinstance(msg, messages.Barrier):
+            return self._barrier(msg)
+        if isinstance(msg, messages.Commit):
+            return self._commit(msg)
+        if isinstance(msg, messages.GenerationDone):
+            if msg.ok:
+                self.published_generation = max(self.published_generation, msg.generation)
+            arg = msg.generation | (0 if msg.ok else records.DONE_FAILED)
+            return [TellShims(records.DONE, arg)]
+        if isinstance(msg, (messages.Matched, messages.Found, messages.Relay)):
+            return [ToNetwork(msg)]
+        if isinstance(msg, messages.Kill):
+            return [KillTree()]
+        return []
+
+    def _barrier(self, msg: messages.Barrier) -> list:
+        try:
+            check_transition(self.state, msg.state)
+        except TransitionError as exc:
+            return [Send(messages.Reached(state=msg.state, ok=False, error=str(exc)))]
+        work = WORK_AT[msg.state]
+        if work is Work.SUSPEND:
+            self.running = False
+        step = Step(msg.state, work, msg.generation, comp_id=self.comp_id, stop=msg.stop,
+                    num_trees=msg.num_trees,
+                    failed_conns=frozenset(msg.failed_conns), expect_pids=self.expect_pids)
+        if work is Work.RESUME:
+            self.generation = msg.generation
+            step = Step(msg.state, work, msg.generation, resume_arg=self.resume_arg())
+            self.restored_pending = False
+        return [DoWork(step)]
+
+    def work_done(self, step: Step, result: WorkResult) -> list:
+        """A barrier's work is over: the state is reached (also when the
+        work failed: the checkpoint fails, the tree goes on)."""
+        self.state = step.target
+        if step.work is Work.DUMP:
+            self.expect_pids = result.parked
+            if result.error is None:
+                self.pending = Pending(step.generation, result.pending)
+                self.stopped_by_checkpoint = step.stop
+        if step.work is Work.RESUME:
+            self.running = True
+        return [Send(messages.Reached(
+            state=step.target, ok=result.error is None, error=result.error,
+            image=result.image if step.work is Work.DUMP else None,
+            external=result.external, failed_conns=result.failed_conns))]
+
+    def _commit(self, msg: messages.Commit) -> list:
+        """Every tree dumped (publish our images) or one failed (drop them),
+        so that a failed checkpoint never replaces a good one."""
+        if self.pending is None or msg.generation != self.pending.generation:
+            return []
+        pending, self.pending = self.pending, None
+        if msg.ok:
+            return [Publish(pending.generation, pending.handle)]
+        return [Discard(pending.generation, pending.handle)]
+
+    def published(self, generation: int, error: str | None = None) -> list:
+        """Publish is over: tell the coordinator."""
+        return [Send(messages.Published(generation=generation, ok=error is None, error=error))]
+
+    # ---- the tree ----------------------------------------------------------------------
+
+    def restored(self, shim_pids: frozenset[int] = frozenset(),
+                 error: str | None = None) -> list:
         """CRIU restored the tree (or could not): the restart joins the
         protocol at CHECKPOINTED."""
-        if error is not None:
-            return messages.make("reached", state=State.CHECKPOINTED.value, ok=False, error=error)
-        self.state = State.CHECKPOINTED
-        return messages.make("reached", state=State.CHECKPOINTED.value, ok=True)
+        if error is None:
+            self.state = State.CHECKPOINTED
+            self.expect_pids = shim_pids
+        return [Send(messages.Reached(state=State.CHECKPOINTED, ok=error is None, error=error))]
 
-    # ---- images --------------------------------------------------------------------
+    def tree_exited(self) -> list:
+        """The tree's root ended.  Images still waiting for the commit (a
+        tree stopped by its checkpoint) wait for it a while."""
+        if self.pending is None:
+            return []
+        if not self.linked:
+            return self._drop_pending()
+        return [WaitForCommit(COMMIT_TIMEOUT)]
 
-    def commit(self, msg: dict) -> Verdict | None:
-        """The coordinator's word on a generation: every tree dumped (publish)
-        or not (discard); None when we have nothing of that generation."""
-        if self.pending_generation is None or msg["generation"] != self.pending_generation:
-            return None
-        self.pending_generation = None
-        return Verdict.PUBLISH if msg["ok"] else Verdict.DISCARD
+    def commit_timed_out(self) -> list:
+        return self._drop_pending()
 
-    def abandon(self) -> bool:
-        """The coordinator is gone: a round under way ends here, the tree
-        runs again and its dumped images, if any, are dropped.  True if
-        there was a round to abandon."""
-        if self.running:
-            return False
-        self.state = State.RUNNING
-        self.running = True
-        self.pending_generation = None
-        self.stopped_by_checkpoint = False
-        return True
+    def exit_code(self, tree_status: int | None) -> int:
+        """The agent's exit code: the program's, or 0 for a tree that a
+        checkpoint stopped (it did not fail; it is in its image)."""
+        if self.stopped_by_checkpoint or tree_status is None:
+            return 0
+        return tree_status
 
-    def resume_arg(self, barrier: Barrier | None = None) -> int:
-        """RESUME's argument: the generation, | RESUME_RESTORED when this
-        release ends a restart (once; a late process after it is told the
-        same generation, as a checkpoint)."""
-        if barrier is not None:
-            self.generation = barrier.generation
-        arg = self.generation | (RESUME_RESTORED if self.restored_pending else 0)
-        if barrier is not None:
-            self.restored_pending = False
-        return arg
+    def ckpt_requested(self) -> list:
+        """A process called dmtcp_checkpoint()."""
+        return [Send(messages.CkptRequest())] if self.linked else []
 
     def owes_resume(self, suspended: bool) -> bool:
         """A process connected (again) and says whether it is suspended."""
         return suspended and self.running
+
+    def resume_arg(self) -> int:
+        """RESUME's argument: the generation, | RESUME_RESTORED while the
+        release that ends a restart is still to come (a late process after
+        it is told the same generation, as after a checkpoint)."""
+        return self.generation | (records.RESUME_RESTORED if self.restored_pending else 0)
+
+    def _drop_pending(self) -> list:
+        pending, self.pending = self.pending, None
+        return [Discard(pending.generation, pending.handle)] if pending else []

@@ -31,8 +31,12 @@ from typing import Awaitable, Callable
 from dmtcp_py.agent import drain, fdtable, udp
 from dmtcp_py.agent.fdtable import SocketEntry
 from dmtcp_py.agent.shimlink import ShimLink
-from dmtcp_py.coordinator.nameservice import endpoint_id
+from dmtcp_py.images import socket_table
+from dmtcp_py.images.socket_table import Connection, SocketInfo, SocketRow
+from dmtcp_py.listing import address_text
 from dmtcp_py.protocol import messages
+from dmtcp_py.protocol.ids import endpoint_id
+from dmtcp_py.sockio import recv_exactly_async
 
 log = logging.getLogger("agent.network")
 
@@ -50,18 +54,22 @@ def _tag(conn: str) -> bytes:
 
 
 class Network:
-    def __init__(self, shims: ShimLink, send: Callable[[dict], None]) -> None:
+    def __init__(self, shims: ShimLink, send: Callable[[messages.Message], None]) -> None:
         self.shims = shims
         self._send = send
-        self.entries: dict[int, SocketEntry] = {}
-        self.conns: dict[int, dict] = {}          # ino -> {"conn", "side"}
-        self.drained: dict[int, drain.Drained] = {}
         self._matched: asyncio.Future | None = None
         self._found: dict[str, asyncio.Future] = {}
         self._relays: dict[str, asyncio.Queue] = {}
         self.warnings: list[str] = []
-        self.external: list[str] = []
-        self.datagrams: dict[int, list] = {}
+        # the parked sockets, by inode, each with what it is (e.info,
+        # fixed when parked); what the round learns of them is kept apart:
+        self.entries: dict[int, SocketEntry] = {}
+        self.conns: dict[int, Connection] = {}      # connections under control
+        self.outside: set[int] = set()              # connections leading out of the computation
+        self.peer_known: dict[int, bool] = {}       # UDP: is the peer in the computation
+        self.drained: dict[int, drain.Drained] = {}
+        self.datagrams: dict[int, list] = {}  # ino -> [(data, source, source key, known)]
+        self.external: list[str] = []  # the outside connections, as the coordinator shows them
         self.failed_conns: list[str] = []
         # restart: ends whose write side the program had shut; shut again
         # once refilled
@@ -70,28 +78,24 @@ class Network:
 
     # ---- messages from the coordinator ----------------------------------------
 
-    def on_message(self, msg: dict) -> bool:
-        """Take the messages that are ours; False for the others."""
-        if msg["type"] == "matched":
+    def on_message(self, msg: messages.Message) -> None:
+        """The coordinator's answers about connections: matches, names, relayed data."""
+        if isinstance(msg, messages.Matched):
             if self._matched is not None and not self._matched.done():
                 self._matched.set_result(msg)
-            return True
-        if msg["type"] == "found":
-            fut = self._found.get(msg["key"])
+        elif isinstance(msg, messages.Found):
+            fut = self._found.get(msg.key)
             if fut is not None and not fut.done():
-                fut.set_result(msg["value"])
-            return True
-        if msg["type"] == "relay":
-            self._relay_queue(msg["conn"]).put_nowait(base64.b64decode(msg["data"]))
-            return True
-        return False
+                fut.set_result(msg.value)
+        elif isinstance(msg, messages.Relay):
+            self._relay_queue(msg.conn).put_nowait(base64.b64decode(msg.data))
 
     def _relay_queue(self, conn: str) -> asyncio.Queue:
         return self._relays.setdefault(conn, asyncio.Queue())
 
     async def _lookup(self, key: str, timeout: float) -> str:
         fut = self._found.setdefault(key, asyncio.get_running_loop().create_future())
-        self._send(messages.make("lookup", key=key))
+        self._send(messages.Lookup(key=key))
         try:
             return await asyncio.wait_for(asyncio.shield(fut), timeout)
         finally:
@@ -114,40 +118,40 @@ class Network:
         for p in parked:
             if id(p.sock) not in keep:
                 p.sock.close()
-        endpoints = [{"local": e.info["key"], "peer": e.info["peer_key"] or "", "udp": True}
-                     for e in self.entries.values() if _is_udp(e.info)]
-        endpoints += [{"local": e.info["key"], "peer": e.info["peer_key"]}
-                      for e in self.entries.values()
-                      if e.info.get("peer_key") and not _is_udp(e.info)]
+        infos = [e.info for e in self.entries.values()]
+        endpoints = [messages.Endpoint(local=i.key, peer=i.peer_key or "", udp=True)
+                     for i in infos if i.is_udp]
+        endpoints += [messages.Endpoint(local=i.key, peer=i.peer_key)
+                      for i in infos if i.peer_key and not i.is_udp]
         self._matched = asyncio.get_running_loop().create_future()
-        self._send(messages.make("sockets", generation=generation, endpoints=endpoints))
-        answer = await asyncio.wait_for(self._matched, timeout)
-        by_key = answer["peers"]
-        udp_known = set(answer.get("udp") or [])
-        self.conns = {}
+        self._send(messages.Sockets(generation=generation, endpoints=tuple(endpoints)))
+        answer: messages.Matched = await asyncio.wait_for(self._matched, timeout)
+        by_key = answer.peers
+        udp_known = set(answer.udp)
         for ino, e in self.entries.items():
-            if _is_udp(e.info):
-                e.info["peer_known"] = bool(e.info.get("peer_key")) and e.info["peer_key"] in udp_known
+            info = e.info
+            if info.is_udp:
+                self.peer_known[ino] = bool(info.peer_key) and info.peer_key in udp_known
                 if e.leader:
                     self.datagrams[ino] = [
                         (data, src, key, key in udp_known)
                         for data, src, key in udp.peek_queue(e.sock, fdtable.netns_id())]
                 continue
-            match = by_key.get(endpoint_id(e.info["key"], e.info["peer_key"] or ""))
-            if match is not None and e.info.get("peer_key"):
-                self.conns[ino] = {"conn": match["conn"], "side": match["side"]}
-            elif e.info.get("peer_key") and not e.info["listening"]:
-                e.info["external"] = True
-                self.external.append(f"{_show(e.info['local'])} -> {_show(e.info['peer'])}")
+            match = by_key.get(endpoint_id(info.key, info.peer_key or ""))
+            if match is not None and info.peer_key:
+                self.conns[ino] = Connection(match.conn, match.side)
+            elif info.peer_key and not info.listening:
+                self.outside.add(ino)
+                self.external.append(f"{address_text(info.local)} -> {address_text(info.peer)}")
                 log.info("connection %s leads out of the computation", self.external[-1])
         jobs = {ino: drain.drain(self.entries[ino].sock,
-                                 _cookie(comp_id, c["conn"], generation), DRAIN_TIMEOUT)
+                                 _cookie(comp_id, c.conn, generation), DRAIN_TIMEOUT)
                 for ino, c in self.conns.items() if self.entries[ino].leader}
         results = await asyncio.gather(*jobs.values(), return_exceptions=True)
         self.drained = {ino: r for ino, r in zip(jobs, results) if not isinstance(r, BaseException)}
         # a connection one end could not drain is broken for this
         # checkpoint: the coordinator tells both ends to leave it alone
-        self.failed_conns = sorted(self.conns[ino]["conn"] for ino, r in zip(jobs, results)
+        self.failed_conns = sorted(self.conns[ino].conn for ino, r in zip(jobs, results)
                                    if isinstance(r, BaseException))
         if self.failed_conns:
             first = next(r for r in results if isinstance(r, BaseException))
@@ -158,40 +162,35 @@ class Network:
                  sum(len(d) for d in self.datagrams.values()))
 
     def table(self, image_dir: Path) -> list[dict]:
-        """The manifest's socket table; drained bytes go to files beside it."""
-        out = []
+        """The manifest's socket table (socket_table.SocketRow, as JSON);
+        drained bytes and queued datagrams go to files beside it."""
+        rows = []
         for ino, e in sorted(self.entries.items()):
-            row = {**e.info, "copies": [list(c) for c in e.copies], "leader": e.leader}
-            conn = self.conns.get(ino)
-            if conn is not None:
-                row.update(conn)
+            drained = datagrams = None
             d = self.drained.get(ino)
             if d is not None:
-                name = f"socket-{ino}.drained.json"
-                path = image_dir / name
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with os.fdopen(fd, "w") as f:
-                    json.dump(d.to_json(), f)
-                row["drained"] = name
-                row["drained_bytes"] = d.nbytes
+                drained = f"socket-{ino}.drained.json"
+                _write_json(image_dir / drained, d.to_json())
             queued = self.datagrams.get(ino)
             if queued:
-                name = f"socket-{ino}.datagrams.json"
-                fd = os.open(image_dir / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with os.fdopen(fd, "w") as f:
-                    json.dump([[base64.b64encode(data).decode(), list(src), key, known]
-                               for data, src, key, known in queued], f)
-                row["datagrams"] = name
-                row["datagram_count"] = len(queued)
-            out.append(row)
-        return out
+                datagrams = f"socket-{ino}.datagrams.json"
+                _write_json(image_dir / datagrams,
+                            [[base64.b64encode(data).decode(), list(src), key, known]
+                             for data, src, key, known in queued])
+            rows.append(SocketRow(
+                info=e.info, copies=tuple(e.copies), leader=e.leader,
+                connection=self.conns.get(ino), external=ino in self.outside,
+                peer_known=self.peer_known.get(ino),
+                drained=drained, drained_bytes=d.nbytes if d is not None else 0,
+                datagrams=datagrams, datagram_count=len(queued) if queued else 0))
+        return socket_table.encode(rows)
 
     async def refill_and_unpark(self, timeout: float, skip: frozenset[str] = frozenset()) -> None:
         """REFILLED: bytes back into the kernel, sockets back on their fds.
         Connections in skip failed to drain at one end: no refill there."""
         jobs = []
         for ino, d in self.drained.items():
-            conn = self.conns[ino]["conn"]
+            conn = self.conns[ino].conn
             if conn in skip:
                 log.warning("connection %s failed to drain; %d bytes in flight are lost",
                             conn, d.nbytes)
@@ -218,7 +217,7 @@ class Network:
         gap in its stream; every socket goes back to its process."""
         for ino, d in self.drained.items():
             if d.nbytes:
-                conn = self.conns.get(ino, {}).get("conn", "?")
+                conn = self.conns[ino].conn if ino in self.conns else "?"
                 log.warning("connection %s had %d bytes in flight that cannot go back "
                             "without the coordinator: shut down", conn, d.nbytes)
                 try:
@@ -241,7 +240,7 @@ class Network:
 
     def _relay_sender(self, conn: str) -> Callable[[bytes], Awaitable[None]]:
         async def send(data: bytes) -> None:
-            self._send(messages.make("relay", conn=conn, data=base64.b64encode(data).decode()))
+            self._send(messages.Relay(conn=conn, data=base64.b64encode(data).decode()))
         return send
 
     def _relay_receiver(self, conn: str) -> Callable[[], Awaitable[bytes]]:
@@ -252,10 +251,9 @@ class Network:
     def close(self) -> None:
         for e in self.entries.values():
             e.sock.close()
-        self.entries, self.conns, self.drained = {}, {}, {}
-        self.external: list[str] = []  # connections to processes not under control
-        self.datagrams: dict[int, list] = {}  # ino -> [(data, source, source key, known)]
-        self.failed_conns: list[str] = []
+        self.entries, self.conns, self.drained, self.datagrams = {}, {}, {}, {}
+        self.outside, self.peer_known = set(), {}
+        self.external, self.failed_conns = [], []
         self._shut_after = {}
         self._restored = False
         self._relays.clear()
@@ -263,57 +261,58 @@ class Network:
     # ---- restart ------------------------------------------------------------------------
 
     async def recreate(self, table: list[dict], image_dir: Path, reach_ip: str) -> None:
-        """Make every socket of the table again, before the tree is restored."""
+        """Make every socket of the manifest's table again, before the tree
+        is restored.  ImageError if a row is corrupt."""
+        rows = socket_table.decode(table, str(image_dir / "manifest.json"))
         self.close()
-        jobs = []
-        for row in table:
-            jobs.append(self._recreate_one(row, image_dir, reach_ip))
-        results = await asyncio.gather(*jobs, return_exceptions=True)
+        results = await asyncio.gather(*(self._recreate_one(row, image_dir, reach_ip)
+                                         for row in rows), return_exceptions=True)
         self._restored = True
-        for row, result in zip(table, results):
+        for row, result in zip(rows, results):
             if isinstance(result, BaseException):
                 for r in results:
                     if isinstance(r, SocketEntry):
                         r.sock.close()
-                raise RuntimeError(f"socket {row.get('local')} -> {row.get('peer')}: {result}")
-            self.entries[row["ino"]] = result
+                raise RuntimeError(f"socket {address_text(row.info.local)} -> "
+                                   f"{address_text(row.info.peer)}: {result}")
+            self.entries[row.info.ino] = result
         for w in self.warnings:
             log.warning("%s", w)
             print(f"dmtcp-restart: warning: {w}", file=sys.stderr, flush=True)
 
-    async def _recreate_one(self, row: dict, image_dir: Path, reach_ip: str) -> SocketEntry:
-        family, type_ = socket.AddressFamily(row["family"]), socket.SocketKind(row["type"])
-        ino = row["ino"]
-        if _is_udp(row):
+    async def _recreate_one(self, row: SocketRow, image_dir: Path, reach_ip: str) -> SocketEntry:
+        info = row.info
+        family, type_ = socket.AddressFamily(info.family), socket.SocketKind(info.type)
+        ino = info.ino
+        if info.is_udp:
             sock = await self._recreate_udp(row, image_dir, reach_ip)
-        elif row.get("conn"):
-            sock = await self._reconnect(row, reach_ip)
-            if row.get("drained"):
-                d = drain.Drained.from_json(json.loads((image_dir / row["drained"]).read_text()))
+        elif row.connection is not None:
+            sock = await self._reconnect(info, row.connection, reach_ip)
+            if row.drained:
+                d = drain.Drained.from_json(json.loads((image_dir / row.drained).read_text()))
                 # a fresh socket: both write sides are open, nothing was kept
                 # in a queue; the end the program had shut is shut again
                 # once refilled, so its peer reads the EOF after the data
                 self.drained[ino] = dataclasses.replace(d, self_shut_wr=False, peer_shut_wr=False,
                                                         kept=0)
                 self._shut_after[ino] = d.self_shut_wr
-            self.conns[ino] = {"conn": row["conn"], "side": row["side"]}
-        elif row.get("listening") or not row.get("peer"):
-            sock = socket.socket(family, type_, row["proto"])
-            fdtable.set_options(sock, row["options"])
-            if row.get("local") and family != socket.AF_UNIX:
-                self._bind(sock, family, row["local"])
-            if row.get("listening"):
+            self.conns[ino] = row.connection
+        elif info.listening or not info.peer:
+            sock = socket.socket(family, type_, info.proto)
+            fdtable.set_options(sock, info.options)
+            if info.local and family != socket.AF_UNIX:
+                self._bind(sock, family, info.local)
+            if info.listening:
                 sock.listen(socket.SOMAXCONN)
         else:
             sock = _closed_connection(family, type_)
-            self.warnings.append(f"connection {_show(row['local'])} -> {_show(row['peer'])} "
+            self.warnings.append(f"connection {address_text(info.local)} -> "
+                                 f"{address_text(info.peer)} "
                                  "led out of the computation; it comes back closed")
-        fdtable.set_options(sock, row["options"])
-        entry = SocketEntry(ino, sock, [tuple(c) for c in row["copies"]], row.get("leader", True),
-                            dict(row))
-        return entry
+        fdtable.set_options(sock, info.options)
+        return SocketEntry(ino, sock, info, list(row.copies), row.leader)
 
-    def _bind(self, sock: socket.socket, family: int, local: list) -> None:
+    def _bind(self, sock: socket.socket, family: int, local: tuple[str, int]) -> None:
         """The old port, on this host's equivalent of the old address; when
         it is taken (trees that used one port on their own hosts, now on
         one host), another port, with a warning."""
@@ -325,30 +324,30 @@ class Network:
                 raise
             sock.bind((where[0], 0))
             self.warnings.append(f"port {where[1]} is taken here: the socket that was bound "
-                                 f"to {_show(local)} is now on port {sock.getsockname()[1]}")
+                                 f"to {address_text(local)} is now on port {sock.getsockname()[1]}")
 
-    async def _recreate_udp(self, row: dict, image_dir: Path, reach_ip: str) -> socket.socket:
+    async def _recreate_udp(self, row: SocketRow, image_dir: Path, reach_ip: str) -> socket.socket:
         """A datagram socket: the same port, published under its old
         address; connected again to its peer, wherever that is now."""
-        family = socket.AddressFamily(row["family"])
-        sock = socket.socket(family, socket.SOCK_DGRAM, row["proto"])
+        info = row.info
+        family = socket.AddressFamily(info.family)
+        sock = socket.socket(family, socket.SOCK_DGRAM, info.proto)
         try:
-            fdtable.set_options(sock, row["options"])
-            self._bind(sock, family, row["local"])
+            fdtable.set_options(sock, info.options)
+            self._bind(sock, family, info.local)
             here = sock.getsockname()
             public = here[0] if here[0] not in ("0.0.0.0", "::") else _reach(family, reach_ip)
-            self._send(messages.make("publish", key=f"udp:{row['key']}",
-                                     value=f"{public}|{here[1]}"))
-            if row.get("peer"):
-                peer = tuple(row["peer"])
-                if row.get("peer_known"):
-                    peer = _mapped(await self._lookup(f"udp:{row['peer_key']}", CONNECT_TIMEOUT),
+            self._send(messages.Publish(key=f"udp:{info.key}", value=f"{public}|{here[1]}"))
+            if info.peer:
+                peer = info.peer
+                if row.peer_known:
+                    peer = _mapped(await self._lookup(f"udp:{info.peer_key}", CONNECT_TIMEOUT),
                                    here[0])
                 sock.connect(peer)
-            if row.get("datagrams"):
-                raw = json.loads((image_dir / row["datagrams"]).read_text())
-                self.datagrams[row["ino"]] = [(base64.b64decode(d), tuple(src), key, known)
-                                              for d, src, key, known in raw]
+            if row.datagrams:
+                raw = json.loads((image_dir / row.datagrams).read_text())
+                self.datagrams[info.ino] = [(base64.b64decode(d), tuple(src), key, known)
+                                            for d, src, key, known in raw]
             return sock
         except BaseException:
             sock.close()
@@ -367,18 +366,20 @@ class Network:
                 if not udp.inject(data, src, target):
                     lost_source += 1
             if lost_source:
-                self.warnings.append(f"{lost_source} queued datagrams of {_show(list(target))} "
+                self.warnings.append(f"{lost_source} queued datagrams of {address_text(target)} "
                                      "went back without their sender's address")
                 log.warning("%s", self.warnings[-1])
 
-    async def _reconnect(self, row: dict, reach_ip: str) -> socket.socket:
+    async def _reconnect(self, info: SocketInfo, connection: Connection,
+                         reach_ip: str) -> socket.socket:
         """The two ends of a connection meet again: side a listens and
         publishes where, side b looks it up and connects, then sends the
         connection's tag so a stray connection is never taken for it."""
         loop = asyncio.get_running_loop()
-        family, type_, conn = socket.AddressFamily(row["family"]), socket.SocketKind(row["type"]), row["conn"]
+        family, type_ = socket.AddressFamily(info.family), socket.SocketKind(info.type)
+        conn = connection.conn
         key = f"conn:{conn}"
-        if row["side"] == "a":
+        if connection.side == "a":
             listener = socket.socket(family, type_ if type_ != socket.SOCK_DGRAM else socket.SOCK_STREAM)
             try:
                 if family == socket.AF_UNIX:
@@ -390,11 +391,11 @@ class Network:
                     where = "%s|%d" % listener.getsockname()[:2]
                 listener.listen(8)
                 listener.setblocking(False)
-                self._send(messages.make("publish", key=key, value=where))
+                self._send(messages.Publish(key=key, value=where))
                 while True:
                     sock, _ = await asyncio.wait_for(loop.sock_accept(listener), CONNECT_TIMEOUT)
                     sock.setblocking(False)
-                    tag = await asyncio.wait_for(_recv_exactly(loop, sock, HANDSHAKE), CONNECT_TIMEOUT)
+                    tag = await asyncio.wait_for(recv_exactly_async(sock, HANDSHAKE), CONNECT_TIMEOUT)
                     if tag == _tag(conn):
                         sock.setblocking(True)
                         return sock
@@ -418,19 +419,11 @@ class Network:
             raise
 
 
-async def _recv_exactly(loop, sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = await loop.sock_recv(sock, n - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
-def _is_udp(info: dict) -> bool:
-    return info.get("type") == socket.SOCK_DGRAM and info.get("family") in (
-        socket.AF_INET, socket.AF_INET6)
+def _write_json(path: Path, value) -> None:
+    """A file of the image, 0600 (the image holds the program's data)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(value, f)
 
 
 def _mapped(where: str, here_ip: str) -> tuple[str, int]:
@@ -440,12 +433,6 @@ def _mapped(where: str, here_ip: str) -> tuple[str, int]:
     if ip in ("0.0.0.0", "::"):
         ip = here_ip if here_ip not in ("0.0.0.0", "::") else "127.0.0.1"
     return (ip, int(port))
-
-
-def _show(addr) -> str:
-    if isinstance(addr, list):
-        return f"{addr[0]}:{addr[1]}"
-    return str(addr)
 
 
 def _reach(family: int, ip: str) -> str:
@@ -465,10 +452,10 @@ def _is_here(family: int, ip: str) -> bool:
         probe.close()
 
 
-def _local_address(family: int, local: list) -> tuple:
+def _local_address(family: int, local: tuple[str, int]) -> tuple:
     """The same port; the same address if this host has it, else any."""
     ip, port = local[0], local[1]
-    if fdtable._is_local_only(ip) or _is_here(family, ip):
+    if fdtable.is_namespace_local(ip) or _is_here(family, ip):
         return (ip, port)
     return ("::" if family == socket.AF_INET6 else "0.0.0.0", port)
 

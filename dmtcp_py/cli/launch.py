@@ -11,7 +11,8 @@ from pathlib import Path
 import click
 
 from dmtcp_py import __version__, logs
-from dmtcp_py.agent.runner import Agent, AgentConfig
+from dmtcp_py.agent.config import AgentConfig
+from dmtcp_py.agent.runner import Agent
 from dmtcp_py.cli.common import (
     CONTEXT,
     coord_host_option,

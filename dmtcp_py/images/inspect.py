@@ -2,6 +2,7 @@
 image files (pycriu), for dmtcp-inspect.  Reads only; runs nothing."""
 from __future__ import annotations
 
+import socket
 import stat
 import time
 from pathlib import Path
@@ -10,6 +11,8 @@ import pycriu.images
 
 from dmtcp_py.errors import ImageError
 from dmtcp_py.images import manifest as manifest_mod
+from dmtcp_py.images import socket_table
+from dmtcp_py.listing import address_text
 
 
 def _load(directory: Path, name: str) -> list:
@@ -50,17 +53,19 @@ def _files(directory: Path) -> list[dict]:
     return sorted(out.values(), key=lambda f: f["path"])
 
 
-def _sockets(m: manifest_mod.Manifest) -> list[dict]:
+def _sockets(directory: Path, m: manifest_mod.Manifest) -> list[dict]:
     out = []
-    for row in m.sockets:
-        kind = "unix" if isinstance(row.get("local"), str) or row.get("family") == 1 else (
-            "tcp" if row.get("type") == 1 else "udp")
-        out.append({"kind": kind, "local": row.get("local"), "peer": row.get("peer"),
-                    "listening": bool(row.get("listening")), "connection": row.get("conn"),
-                    "outside": bool(row.get("external")),
-                    "drained_bytes": int(row.get("drained_bytes", 0)),
-                    "queued_datagrams": int(row.get("datagram_count", 0)),
-                    "holders": [list(c) for c in row.get("copies", [])]})
+    for row in socket_table.decode(m.sockets, str(directory / manifest_mod.MANIFEST)):
+        info = row.info
+        kind = "unix" if isinstance(info.local, str) or info.family == socket.AF_UNIX else (
+            "tcp" if info.type == socket.SOCK_STREAM else "udp")
+        out.append({"kind": kind, "local": socket_table.address_json(info.local),
+                    "peer": socket_table.address_json(info.peer),
+                    "listening": info.listening,
+                    "connection": row.connection.conn if row.connection else None,
+                    "outside": row.external, "drained_bytes": row.drained_bytes,
+                    "queued_datagrams": row.datagram_count,
+                    "holders": [list(c) for c in row.copies]})
     return out
 
 
@@ -77,18 +82,12 @@ def describe(directory: Path) -> dict:
         "trees_in_generation": m.num_trees, "criu_version": m.criu_version,
         "bytes": m.total_bytes, "memory_bytes": pages, "compression": m.compression or None,
         "processes": _processes(directory, m),
-        "sockets": _sockets(m),
+        "sockets": _sockets(directory, m),
         "files": _files(directory),
         "saved_files": [s["path"] for s in m.shared_files]
         + [f["path"] for f in m.temp_files.get("files", [])],
         "stdio": {fd: d.get("kind") for fd, d in sorted(m.stdio.items())},
     }
-
-
-def _address(value) -> str:
-    if isinstance(value, list):
-        return f"{value[0]}:{value[1]}"
-    return str(value) if value else "-"
 
 
 def text(info: dict) -> list[str]:
@@ -121,7 +120,8 @@ def text(info: dict) -> list[str]:
             extra.append(f"{s['drained_bytes']} bytes in flight")
         if s["queued_datagrams"]:
             extra.append(f"{s['queued_datagrams']} datagrams queued")
-        lines.append(f"    {s['kind']:<4} {_address(s['local'])} -> {_address(s['peer'])}  {what}"
+        lines.append(f"    {s['kind']:<4} {address_text(s['local'])} -> "
+                     f"{address_text(s['peer'])}  {what}"
                      + (f"  ({', '.join(extra)})" if extra else ""))
     lines.append(f"  files        {len(info['files'])} open or mapped")
     lines += [f"    {f['path']}" for f in info["files"]]

@@ -39,7 +39,7 @@ class Manifest:
     shim_pids: list[int] = field(default_factory=list)  # processes that reconnect
     shared_files: list[dict] = field(default_factory=list)  # see images.shared_files
     written_files: list[dict] = field(default_factory=list)  # see images.written_files
-    sockets: list[dict] = field(default_factory=list)  # see agent.network
+    sockets: list[dict] = field(default_factory=list)  # see images.socket_table
     link_remaps: list[dict] = field(default_factory=list)  # see shared_files.relink
     temp_files: dict = field(default_factory=dict)  # see images.temp_files
     compression: str = ""       # "zstd": pages-*.img.zst (see images.compress)
@@ -52,13 +52,6 @@ class Manifest:
 
     def write(self, directory: Path) -> None:
         _write(directory, asdict(self))
-
-
-def rewrite(directory: Path, **changes) -> None:
-    """Change fields of a written manifest (after the image files changed)."""
-    raw = json.loads((directory / MANIFEST).read_text())
-    raw.update(changes)
-    _write(directory, raw)
 
 
 def _write(directory: Path, raw: dict) -> None:

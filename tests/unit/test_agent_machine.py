@@ -4,107 +4,383 @@ from __future__ import annotations
 
 import pytest
 
-from dmtcp_py.agent.machine import RESUME_RESTORED, AgentMachine, Verdict, Work
-from dmtcp_py.coordinator.machine import (CoordinatorMachine, GenerationComplete, ReplyClient,
-                                          SendAgent)
+from dmtcp_py.agent import records
+from dmtcp_py.agent.machine import (
+    COMMIT_TIMEOUT,
+    AgentMachine,
+    Discard,
+    DoWork,
+    GiveBack,
+    Identity,
+    KillTree,
+    Publish,
+    Rejoin,
+    ReportPeers,
+    Send,
+    Step,
+    TellShims,
+    ToNetwork,
+    WaitForCommit,
+    Work,
+    WorkResult,
+)
+from dmtcp_py.coordinator.machine import CoordinatorMachine, GenerationComplete, ReplyClient, SendAgent
 from dmtcp_py.protocol import messages
 from dmtcp_py.protocol.states import State
 
 ORDER = [(State.SUSPENDED, Work.SUSPEND), (State.FD_LEADER_ELECTION, Work.ELECT),
          (State.DRAINED, Work.DRAIN), (State.CHECKPOINTED, Work.DUMP),
          (State.REFILLED, Work.REFILL), (State.RUNNING, Work.RESUME)]
+ROUND = [state for state, _ in ORDER]
+WELCOME = messages.Welcome(comp_id="comp-1", agent_id=1)
 
 
-def barrier_msg(state: State, generation: int = 1, stop: bool = False) -> dict:
-    return messages.make("barrier", state=state.value, generation=generation, stop=stop,
-                         num_trees=1)
+def fresh() -> AgentMachine:
+    m = AgentMachine(Identity("tree-1", "prog"))
+    m.welcomed(WELCOME)
+    return m
 
+
+def restarting(generation: int = 4) -> AgentMachine:
+    m = AgentMachine(Identity("tree-1", "prog", restart_comp_id="comp-0",
+                              restart_generation=generation, restart_trees=3))
+    m.welcomed(WELCOME)
+    return m
+
+
+def barrier(state: State, generation: int = 1, **fields) -> messages.Barrier:
+    return messages.Barrier(state=state, generation=generation, **fields)
+
+
+def step_of(actions: list) -> Step:
+    [action] = actions
+    assert isinstance(action, DoWork), actions
+    return action.step
+
+
+def reached(actions: list) -> messages.Reached:
+    [action] = actions
+    assert isinstance(action, Send) and isinstance(action.message, messages.Reached), actions
+    return action.message
+
+
+def go(m: AgentMachine, state: State, generation: int = 1, result: WorkResult | None = None,
+       **fields) -> messages.Reached:
+    """One barrier: the work named, carried out with result, reported."""
+    step = step_of(m.on_message(barrier(state, generation, **fields)))
+    if result is None:
+        result = WorkResult(pending=f"images-{generation}", parked=frozenset({11, 12})) \
+            if step.work is Work.DUMP else WorkResult()
+    return reached(m.work_done(step, result))
+
+
+def go_through(m: AgentMachine, states, generation: int = 1, **fields) -> None:
+    for state in states:
+        assert go(m, state, generation, **fields).ok
+
+
+# ---- one agent, one round ------------------------------------------------------------
 
 def test_a_checkpoint_names_each_barriers_work_in_order():
-    m = AgentMachine()
+    m = fresh()
     assert m.state is State.RUNNING and m.running
     for state, work in ORDER:
-        barrier, refusal = m.barrier(barrier_msg(state))
-        assert refusal is None and barrier.work is work and barrier.generation == 1
-        # between SUSPENDED and RUNNING a process that comes back suspended waits
-        assert not m.owes_resume(True)
-        reached = m.done(barrier)
-        assert reached == messages.make("reached", state=state.value, ok=True)
-    assert m.state is State.RUNNING and m.running and m.owes_resume(True)
-    assert not m.owes_resume(False)
-
-
-def test_a_barrier_out_of_turn_is_refused_and_changes_nothing():
-    m = AgentMachine()
-    barrier, refusal = m.barrier(barrier_msg(State.DRAINED))
-    assert barrier is None and refusal["ok"] is False
-    assert "illegal transition RUNNING -> DRAINED" in refusal["error"]
-    barrier, refusal = m.barrier({"state": "BOGUS"})
-    assert barrier is None and "unknown state" in refusal["error"]
+        step = step_of(m.on_message(barrier(state)))
+        assert step.work is work and step.target is state and step.generation == 1
+        assert m.work_done(step, WorkResult()) == [Send(messages.Reached(state=state, ok=True))]
     assert m.state is State.RUNNING and m.running
 
 
-def test_failed_work_is_reported_and_the_tree_goes_on():
-    m = AgentMachine()
-    for state, _ in ORDER[:3]:
-        m.done(m.barrier(barrier_msg(state))[0])
-    barrier, _ = m.barrier(barrier_msg(State.CHECKPOINTED))
-    reached = m.done(barrier, "criu dump failed")
-    assert reached["ok"] is False and reached["error"] == "criu dump failed"
-    assert m.state is State.CHECKPOINTED and m.pending_generation is None
-    assert m.commit(messages.make("commit", generation=1, ok=False)) is None
-    for state, _ in ORDER[4:]:
-        assert m.done(m.barrier(barrier_msg(state))[0])["ok"]
-    assert m.state is State.RUNNING
+def test_a_process_back_while_suspended_waits_inside_a_round_and_is_released_outside():
+    m = fresh()
+    assert m.owes_resume(True) and not m.owes_resume(False)
+    for state in ROUND[:-1]:
+        go(m, state)
+        assert not m.owes_resume(True)
+    go(m, State.RUNNING)
+    assert m.owes_resume(True)
 
 
-@pytest.mark.parametrize("ok,verdict", [(True, Verdict.PUBLISH), (False, Verdict.DISCARD)])
-def test_images_wait_for_the_commit_of_their_generation(ok, verdict):
-    m = AgentMachine()
-    for state, _ in ORDER[:4]:
-        m.done(m.barrier(barrier_msg(state, generation=7))[0], image={"path": "x"})
-    assert m.pending_generation == 7
-    assert m.commit(messages.make("commit", generation=6, ok=True)) is None
-    assert m.commit(messages.make("commit", generation=7, ok=ok)) is verdict
-    assert m.commit(messages.make("commit", generation=7, ok=ok)) is None  # only once
+@pytest.mark.parametrize("state", [State.FD_LEADER_ELECTION, State.DRAINED, State.CHECKPOINTED,
+                                   State.REFILLED, State.RUNNING])
+def test_a_barrier_out_of_turn_is_refused_and_changes_nothing(state):
+    m = fresh()
+    refusal = reached(m.on_message(barrier(state)))
+    assert refusal.ok is False and refusal.state is state
+    assert f"illegal transition RUNNING -> {state.value}" in refusal.error
+    assert m.state is State.RUNNING and m.running
 
 
-def test_a_stopping_checkpoint_is_remembered():
-    m = AgentMachine()
-    for state, _ in ORDER[:4]:
-        m.done(m.barrier(barrier_msg(state, stop=True))[0])
-    assert m.stopped_by_checkpoint
+def test_the_same_barrier_twice_is_refused():
+    m = fresh()
+    go(m, State.SUSPENDED)
+    assert reached(m.on_message(barrier(State.SUSPENDED))).ok is False
+    assert m.state is State.SUSPENDED
 
 
-def test_restart_enters_at_checkpointed():
-    m = AgentMachine(restarting=True)
+@pytest.mark.parametrize("failing", ROUND)
+def test_a_failure_at_any_step_is_reported_and_the_tree_goes_on(failing):
+    m = fresh()
+    for state in ROUND:
+        result = WorkResult(error=f"{state.value} broke") if state is failing else None
+        answer = go(m, state, result=result)
+        assert answer.ok is (state is not failing)
+        if state is failing:
+            assert answer.error == f"{state.value} broke"
+    assert m.state is State.RUNNING and m.running
+    assert (m.pending is None) is (failing is State.CHECKPOINTED)
+
+
+def test_a_dump_reports_its_image_and_nothing_else_does():
+    m = fresh()
+    go_through(m, ROUND[:3])
+    image = messages.ImageInfo(path="/c/x", host="h", tree_id="tree-1", program="prog", bytes=5)
+    answer = go(m, State.CHECKPOINTED, result=WorkResult(image=image, pending="p"))
+    assert answer.image == image
+    # an image given with another step is not sent
+    step = step_of(m.on_message(barrier(State.REFILLED)))
+    assert reached(m.work_done(step, WorkResult(image=image))).image is None
+
+
+def test_a_drain_reports_the_connections_leading_out_and_those_it_could_not_drain():
+    m = fresh()
+    go_through(m, ROUND[:2])
+    answer = go(m, State.DRAINED, result=WorkResult(external=("a -> b",), failed_conns=("x|y",)))
+    assert answer.external == ("a -> b",) and answer.failed_conns == ("x|y",)
+
+
+def test_a_step_carries_what_its_work_needs():
+    m = fresh()
+    go_through(m, ROUND[:3], generation=9)
+    dump = step_of(m.on_message(barrier(State.CHECKPOINTED, 9, stop=True, num_trees=4)))
+    assert (dump.generation, dump.stop, dump.num_trees, dump.comp_id) == (9, True, 4, "comp-1")
+    m.work_done(dump, WorkResult(pending="p", parked=frozenset({5, 6})))
+    refill = step_of(m.on_message(barrier(State.REFILLED, 9, failed_conns=("a|b",))))
+    assert refill.failed_conns == frozenset({"a|b"}) and refill.expect_pids == frozenset({5, 6})
+
+
+def test_a_failed_dump_still_waits_for_the_processes_that_detached():
+    m = fresh()
+    go_through(m, ROUND[:3])
+    go(m, State.CHECKPOINTED, result=WorkResult(error="criu failed", parked=frozenset({7})))
+    assert m.pending is None
+    assert step_of(m.on_message(barrier(State.REFILLED))).expect_pids == frozenset({7})
+
+
+# ---- images and the commit -------------------------------------------------------------
+
+@pytest.mark.parametrize("ok,kind", [(True, Publish), (False, Discard)])
+def test_images_wait_for_the_commit_of_their_generation(ok, kind):
+    m = fresh()
+    go_through(m, ROUND[:4], generation=7)
+    assert m.pending is not None and m.pending.generation == 7
+    assert m.on_message(messages.Commit(generation=6, ok=True)) == []
+    assert m.on_message(messages.Commit(generation=7, ok=ok)) == [kind(7, "images-7")]
+    assert m.on_message(messages.Commit(generation=7, ok=ok)) == []  # only once
+    assert m.pending is None
+
+
+def test_a_commit_without_images_is_ignored():
+    m = fresh()
+    assert m.on_message(messages.Commit(generation=1, ok=True)) == []
+
+
+def test_publishing_is_reported_with_its_outcome():
+    m = fresh()
+    assert m.published(3) == [Send(messages.Published(generation=3, ok=True))]
+    assert m.published(3, "disk full") == [
+        Send(messages.Published(generation=3, ok=False, error="disk full"))]
+
+
+def test_generation_done_tells_the_processes_and_remembers_the_generation():
+    m = fresh()
+    assert m.on_message(messages.GenerationDone(generation=2, ok=True)) == [
+        TellShims(records.DONE, 2)]
+    assert m.published_generation == 2
+    assert m.on_message(messages.GenerationDone(generation=3, ok=False)) == [
+        TellShims(records.DONE, 3 | records.DONE_FAILED)]
+    assert m.published_generation == 2
+
+
+def test_a_stopping_checkpoint_ends_the_agent_with_success():
+    m = fresh()
+    go_through(m, ROUND[:4], stop=True)
+    assert m.stopped_by_checkpoint and m.exit_code(-9) == 0
+
+
+def test_the_agent_exits_with_the_programs_status_otherwise():
+    m = fresh()
+    go_through(m, ROUND)
+    assert m.exit_code(3) == 3 and m.exit_code(None) == 0
+
+
+def test_a_tree_that_ends_with_images_waiting_waits_for_the_commit_a_while():
+    m = fresh()
+    go_through(m, ROUND[:4], stop=True)
+    assert m.tree_exited() == [WaitForCommit(COMMIT_TIMEOUT)]
+    assert m.commit_timed_out() == [Discard(1, "images-1")]
+    assert m.tree_exited() == [] and m.commit_timed_out() == []
+
+
+def test_a_tree_that_ends_after_its_commit_has_nothing_to_wait_for():
+    m = fresh()
+    go_through(m, ROUND[:4], stop=True)
+    m.on_message(messages.Commit(generation=1, ok=True))
+    assert m.tree_exited() == []
+
+
+# ---- restart --------------------------------------------------------------------------------
+
+def test_a_restart_enters_at_checkpointed():
+    m = restarting()
     assert m.state is State.RESTARTING and not m.owes_resume(True)
-    assert m.barrier(barrier_msg(State.SUSPENDED))[0] is None
-    failed = m.restored(error="criu restore failed")
-    assert failed["ok"] is False and m.state is State.RESTARTING
-    assert m.restored() == messages.make("reached", state="CHECKPOINTED", ok=True)
-    for state, work in ORDER[4:]:
-        barrier, _ = m.barrier(barrier_msg(state))
-        assert barrier.work is work
-        m.done(barrier)
+    assert reached(m.on_message(barrier(State.SUSPENDED))).ok is False
+    assert m.restored(frozenset({3, 4})) == [
+        Send(messages.Reached(state=State.CHECKPOINTED, ok=True))]
+    refill = step_of(m.on_message(barrier(State.REFILLED, 4)))
+    assert refill.expect_pids == frozenset({3, 4})
+    m.work_done(refill, WorkResult())
+    go(m, State.RUNNING, 4)
     assert m.state is State.RUNNING and m.owes_resume(True)
 
 
-# ---- many agents against the coordinator ----------------------------------------
+def test_a_failed_restore_is_reported_and_stays_restarting():
+    m = restarting()
+    failed = reached(m.restored(error="criu restore failed"))
+    assert failed.ok is False and failed.error == "criu restore failed"
+    assert m.state is State.RESTARTING
+
+
+def test_the_release_after_a_restart_says_so_once():
+    m = restarting(generation=4)
+    m.restored()
+    go(m, State.REFILLED, 4)
+    assert m.resume_arg() == 4 | records.RESUME_RESTORED
+    release = step_of(m.on_message(barrier(State.RUNNING, 4)))
+    assert release.resume_arg == 4 | records.RESUME_RESTORED
+    m.work_done(release, WorkResult())
+    assert m.resume_arg() == 4  # a process that comes back late: not restarted again
+    go_through(m, ROUND[:-1], generation=5)
+    assert step_of(m.on_message(barrier(State.RUNNING, 5))).resume_arg == 5
+
+
+def test_hello_says_launch_restart_or_rejoin():
+    launched = AgentMachine(Identity("t", "p"))
+    hello = launched.hello("tok", "h", 42)
+    assert (hello.role, hello.token, hello.host, hello.pid, hello.tree_id) == (
+        messages.Role.AGENT, "tok", "h", 42, "t")
+    assert not hello.restart and not hello.rejoin
+    back = AgentMachine(Identity("t", "p", restart_comp_id="c0", restart_generation=4,
+                                 restart_trees=3)).hello("tok", "h", 42)
+    assert back.restart and (back.comp_id, back.generation, back.num_trees) == ("c0", 4, 3)
+
+
+# ---- the coordinator lost -------------------------------------------------------------------
+
+def test_losing_the_coordinator_outside_a_round_only_tries_again():
+    m = fresh()
+    assert m.coordinator_lost() == [Rejoin()]
+    assert m.running and m.state is State.RUNNING
+
+
+@pytest.mark.parametrize("reached_so_far", range(1, 6))
+def test_a_round_without_its_coordinator_is_abandoned_and_the_tree_runs(reached_so_far):
+    m = fresh()
+    go_through(m, ROUND[:reached_so_far], generation=3)
+    dumped = reached_so_far >= 4
+    actions = m.coordinator_lost()
+    expected = [Discard(3, "images-3")] if dumped else []
+    pids = frozenset({11, 12}) if dumped else frozenset()
+    assert actions == expected + [GiveBack(pids, 0), Rejoin()]
+    assert m.running and m.state is State.RUNNING and m.pending is None
+    assert m.on_message(messages.Commit(generation=3, ok=True)) == []  # images dropped
+    assert m.owes_resume(True)  # a process still suspended is released at once
+
+
+def test_a_restart_abandoned_tells_the_processes_they_were_restarted_once():
+    m = restarting(generation=4)
+    m.restored(frozenset({3}))
+    assert m.coordinator_lost() == [GiveBack(frozenset({3}), 4 | records.RESUME_RESTORED),
+                                    Rejoin()]
+    assert m.resume_arg() == 4
+
+
+def test_a_rejoin_says_the_computation_and_the_last_published_generation():
+    m = fresh()
+    go_through(m, ROUND[:4], generation=1)
+    m.on_message(messages.Commit(generation=1, ok=True))
+    go_through(m, ROUND[4:])
+    m.on_message(messages.GenerationDone(generation=1, ok=True))
+    m.coordinator_lost()
+    hello = m.hello("tok", "h", 1)
+    assert hello.rejoin and not hello.restart
+    assert (hello.comp_id, hello.generation) == ("comp-1", 1)
+    # the new coordinator hears of the processes, and the next round works
+    assert m.welcomed(messages.Welcome(comp_id="comp-1", agent_id=8)) == [ReportPeers()]
+    go_through(m, ROUND, generation=2)
+    assert m.state is State.RUNNING
+
+
+def test_a_restarted_tree_rejoins_as_its_computation():
+    m = restarting(generation=4)
+    m.restored()
+    go_through(m, ROUND[4:], generation=4)
+    m.coordinator_lost()
+    hello = m.hello("tok", "h", 1)
+    assert hello.rejoin and (hello.comp_id, hello.generation) == ("comp-1", 4)
+
+
+def test_images_of_a_tree_that_ended_without_a_coordinator_are_dropped_at_once():
+    m = fresh()
+    go_through(m, ROUND[:4], stop=True)
+    m.linked = False  # the link broke while the stopped tree was ending
+    assert m.tree_exited() == [Discard(1, "images-1")]
+
+
+# ---- other messages ------------------------------------------------------------------------------
+
+def test_kill_kills_the_tree():
+    assert fresh().on_message(messages.Kill()) == [KillTree()]
+
+
+@pytest.mark.parametrize("msg", [
+    messages.Matched(generation=1, peers={"a>b": messages.ConnMatch("a|b", "a")}),
+    messages.Found(key="k", value="198.18.0.1:5"),
+    messages.Relay(conn="a|b", data="AAAA")])
+def test_connection_messages_go_to_the_network_side(msg):
+    assert fresh().on_message(msg) == [ToNetwork(msg)]
+
+
+def test_a_program_asking_for_a_checkpoint_is_passed_on_while_linked():
+    m = fresh()
+    assert m.ckpt_requested() == [Send(messages.CkptRequest())]
+    m.coordinator_lost()
+    assert m.ckpt_requested() == []
+
+
+# ---- many agents against the coordinator ----------------------------------------------------
+
+def hello(i: int) -> messages.Hello:
+    return messages.Hello(role=messages.Role.AGENT, token="t", host=f"h{i}", pid=i,
+                          program="p", tree_id=f"t{i}")
+
 
 class Computation:
-    """A coordinator machine and N agent machines, messages carried in memory."""
+    """A coordinator machine and N agent machines, messages carried in memory,
+    the work of each step done at once (a dump fails where told)."""
 
-    def __init__(self, n: int, fail_dump: set[int] = frozenset()) -> None:
+    def __init__(self, n: int, fail_dump: set[int] = frozenset(),
+                 fail_drain: dict[int, tuple[str, ...]] | None = None) -> None:
         self.coord = CoordinatorMachine("comp")
-        self.agents = {i: AgentMachine() for i in range(1, n + 1)}
+        self.agents = {i: fresh() for i in range(1, n + 1)}
         self.fail_dump = fail_dump
-        self.verdicts: dict[int, Verdict] = {}
-        self.replies: list[dict] = []
+        self.fail_drain = fail_drain or {}
+        self.verdicts: dict[int, type] = {}
+        self.steps: dict[int, list[Step]] = {i: [] for i in self.agents}
+        self.replies: list = []
         self.completed: list[GenerationComplete] = []
         for i in self.agents:
-            self.coord.agent_joined(i, {"role": "agent", "token": "t", "host": f"h{i}",
-                                        "pid": i, "program": "p", "tree_id": f"t{i}"}, 0.0)
+            self.coord.agent_joined(i, hello(i), 0.0)
 
     def carry(self, actions: list) -> None:
         queue = list(actions)
@@ -115,105 +391,80 @@ class Computation:
             elif isinstance(action, ReplyClient):
                 self.replies.append(action.message)
             elif isinstance(action, SendAgent):
-                queue += self._deliver(action.agent_id, action.message)
+                for done in self.agents[action.agent_id].on_message(action.message):
+                    queue += self._agent_action(action.agent_id, done)
 
-    def _deliver(self, agent_id: int, msg: dict) -> list:
-        agent = self.agents[agent_id]
-        if msg["type"] == "barrier":
-            barrier, refusal = agent.barrier(msg)
-            assert refusal is None, refusal
-            error = "disk full" if barrier.work is Work.DUMP and agent_id in self.fail_dump else None
-            extra = {"image": {"path": f"/c/{agent_id}", "bytes": 1}} \
-                if barrier.work is Work.DUMP and error is None else {}
-            return self.coord.agent_message(agent_id, agent.done(barrier, error, **extra), 0.0)
-        if msg["type"] == "commit":
-            verdict = agent.commit(msg)
-            if verdict is None:
-                return []
-            self.verdicts[agent_id] = verdict
-            if verdict is Verdict.PUBLISH:
-                return self.coord.agent_message(agent_id, messages.make(
-                    "published", generation=msg["generation"], ok=True), 0.0)
+    def _agent_action(self, i: int, action) -> list:
+        agent = self.agents[i]
+        if isinstance(action, Send):
+            return self.coord.agent_message(i, action.message, 0.0)
+        if isinstance(action, DoWork):
+            self.steps[i].append(action.step)
+            out = []
+            for done in agent.work_done(action.step, self._work(i, action.step)):
+                out += self._agent_action(i, done)
+            return out
+        if isinstance(action, (Publish, Discard)):
+            self.verdicts[i] = type(action)
+            if isinstance(action, Publish):
+                return [a for done in agent.published(action.generation)
+                        for a in self._agent_action(i, done)]
         return []
+
+    def _work(self, i: int, step: Step) -> WorkResult:
+        if step.work is Work.DRAIN and i in self.fail_drain:
+            return WorkResult(error="drain failed", failed_conns=self.fail_drain[i])
+        if step.work is not Work.DUMP:
+            return WorkResult()
+        if i in self.fail_dump:
+            return WorkResult(error="disk full")
+        image = messages.ImageInfo(path=f"/c/{i}", host=f"h{i}", tree_id=f"t{i}",
+                                   program="p", bytes=1)
+        return WorkResult(image=image, pending=f"images-{i}")
 
 
 def test_two_hundred_agents_checkpoint_and_publish():
     comp = Computation(200)
     comp.carry(comp.coord.request_checkpoint(1, 0.0, blocking=True))
-    assert set(comp.verdicts.values()) == {Verdict.PUBLISH} and len(comp.verdicts) == 200
+    assert set(comp.verdicts.values()) == {Publish} and len(comp.verdicts) == 200
     assert len(comp.completed) == 1 and len(comp.completed[0].images) == 200
-    assert comp.replies[-1]["ok"] is True
+    assert comp.replies[-1].ok is True
     assert all(a.state is State.RUNNING and a.running for a in comp.agents.values())
 
 
 def test_one_failed_dump_makes_every_agent_drop_its_images():
     comp = Computation(50, fail_dump={17})
     comp.carry(comp.coord.request_checkpoint(1, 0.0, blocking=True))
-    assert set(comp.verdicts.values()) == {Verdict.DISCARD}
+    assert set(comp.verdicts.values()) == {Discard}
     assert len(comp.verdicts) == 49  # the failed one has nothing to drop
-    assert comp.completed == [] and comp.replies[-1]["ok"] is False
+    assert comp.completed == [] and comp.replies[-1].ok is False
     assert all(a.state is State.RUNNING for a in comp.agents.values())
     # and the next checkpoint works
     comp.fail_dump = set()
     comp.verdicts.clear()
     comp.carry(comp.coord.request_checkpoint(1, 0.0, blocking=True))
-    assert len(comp.completed) == 1 and set(comp.verdicts.values()) == {Verdict.PUBLISH}
+    assert len(comp.completed) == 1 and set(comp.verdicts.values()) == {Publish}
 
 
 def test_a_connection_one_end_could_not_drain_is_not_refilled_at_either_end():
-    coord = CoordinatorMachine("comp")
+    comp = Computation(2, fail_drain={1: ("a|b",)})
+    comp.carry(comp.coord.request_checkpoint(None, 0.0))
     for i in (1, 2):
-        coord.agent_joined(i, {"role": "agent", "token": "t", "host": "h", "pid": i,
-                               "program": "p", "tree_id": f"t{i}"}, 0.0)
-    agents = {1: AgentMachine(), 2: AgentMachine()}
-    pending = coord.request_checkpoint(None, 0.0)
-    seen: dict[int, list] = {1: [], 2: []}
-    while pending:
-        action = pending.pop(0)
-        if not isinstance(action, SendAgent) or action.message["type"] != "barrier":
-            continue
-        barrier, _ = agents[action.agent_id].barrier(action.message)
-        seen[action.agent_id].append(barrier)
-        extra = {}
-        if barrier.work is Work.DRAIN and action.agent_id == 1:
-            extra["failed_conns"] = ["a|b"]
-        if barrier.work is Work.DUMP:
-            extra["image"] = {"path": "x", "bytes": 1}
-        error = "drain failed" if extra.get("failed_conns") else None
-        pending += coord.agent_message(action.agent_id,
-                                       agents[action.agent_id].done(barrier, error, **extra), 0.0)
-    for i in (1, 2):
-        refill = next(b for b in seen[i] if b.work is Work.REFILL)
+        refill = next(s for s in comp.steps[i] if s.work is Work.REFILL)
         assert refill.failed_conns == frozenset({"a|b"})
 
 
-def _barrier(m: AgentMachine, state: State, generation: int):
-    barrier, refusal = m.barrier(messages.make("barrier", state=state.value, generation=generation))
-    assert refusal is None
-    return barrier
-
-
-def test_the_release_after_a_restart_says_so_once():
-    m = AgentMachine(restarting=True)
-    m.restored()
-    m.done(_barrier(m, State.REFILLED, 4))
-    running = _barrier(m, State.RUNNING, 4)
-    assert m.resume_arg(running) == 4 | RESUME_RESTORED
-    m.done(running)
-    assert m.resume_arg() == 4  # a process that comes back late: not restarted again
-    for state in (State.SUSPENDED, State.FD_LEADER_ELECTION, State.DRAINED,
-                  State.CHECKPOINTED, State.REFILLED):
-        m.done(_barrier(m, state, 5))
-    assert m.resume_arg(_barrier(m, State.RUNNING, 5)) == 5
-
-
-def test_a_round_without_its_coordinator_is_abandoned_and_the_tree_runs():
-    m = AgentMachine()
-    assert not m.abandon()  # nothing under way
-    for state in (State.SUSPENDED, State.FD_LEADER_ELECTION, State.DRAINED, State.CHECKPOINTED):
-        m.done(_barrier(m, state, 3))
-    assert m.pending_generation == 3 and not m.running
-    assert m.abandon()
-    assert m.running and m.state is State.RUNNING and m.pending_generation is None
-    assert m.commit(messages.make("commit", generation=3, ok=True)) is None  # images dropped
-    assert m.owes_resume(True)  # a process still suspended is released at once
+def test_every_agent_of_a_round_whose_coordinator_died_runs_again():
+    comp = Computation(20)
+    actions = comp.coord.request_checkpoint(None, 0.0)
+    # the coordinator dies once SUSPENDED is reached everywhere: the
+    # barriers it would have sent next never arrive
+    for action in actions:
+        if isinstance(action, SendAgent):
+            agent = comp.agents[action.agent_id]
+            for done in agent.on_message(action.message):
+                agent.work_done(done.step, WorkResult())
+    for agent in comp.agents.values():
+        assert agent.state is State.SUSPENDED and not agent.running
+        assert agent.coordinator_lost() == [GiveBack(frozenset(), 0), Rejoin()]
+        assert agent.running

@@ -1,0 +1,23 @@
+"""What an agent is told to do: launch a program, or restore an image."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dmtcp_py.images.manifest import Manifest
+
+
+@dataclass
+class AgentConfig:
+    coord_host: str
+    coord_port: int
+    token: str
+    ckptdir: Path | None   # None: the coordinator's, else the cwd (set at join)
+    tree_id: str
+    program: str
+    argv: list[str] = field(default_factory=list)
+    path: str = ""                      # resolved program path (launch)
+    image: Path | None = None           # restart
+    manifest: Manifest | None = None
+    compress: bool = False              # memory pages in zstd (images.compress)
+    allow_changed_files: bool = False   # restart: files only read may have changed

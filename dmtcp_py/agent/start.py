@@ -1,0 +1,84 @@
+"""How a tree comes to be under its agent: a program launched with the
+shim, or a checkpoint image restored by CRIU (DESIGN.md 2 and 4)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+from dmtcp_py.agent import criu_driver, stdio
+from dmtcp_py.agent.config import AgentConfig
+from dmtcp_py.agent.network import Network
+from dmtcp_py.agent.tree import Tree
+from dmtcp_py.errors import UserError
+from dmtcp_py.images import compress, shared_files, temp_files, written_files
+from dmtcp_py.paths import run_dir, shim_library, tool, tree_init
+
+log = logging.getLogger("agent")
+
+
+class CannotExecute(UserError):
+    exit_code = 126  # as a shell says it
+
+
+def launch(cfg: AgentConfig, tree: Tree, agent_address: str) -> None:
+    """Start the program under the tree's init, with the shim preloaded."""
+    env = dict(os.environ)
+    lib = str(shim_library())
+    env["LD_PRELOAD"] = lib + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
+    env["DMTCP_AGENT_SOCK"] = agent_address
+    env["DMTCP_COORD_HOST"] = cfg.coord_host
+    env["DMTCP_COORD_PORT"] = str(cfg.coord_port)
+    env["DMTCP_CHECKPOINT_DIR"] = str(cfg.ckptdir)
+    # `ssh HOST CMD` from the tree: the shim runs this instead (dmtcp_py.ssh),
+    # which starts CMD on HOST under this computation with the token
+    env["DMTCP_SSH_WRAPPER"] = tool("dmtcp-ssh")
+    # `import dmtcp` for Python programs (hijack/python/dmtcp.py), after theirs
+    api_dir = str(shim_library().parent.parent / "python")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), api_dir) if p)
+    env["DMTCP_COORD_TOKEN"] = cfg.token
+    init = str(tree_init())
+    try:
+        pid = tree.spawn(init, [init, cfg.path, *cfg.argv], env)
+    except OSError as exc:
+        raise CannotExecute(f"cannot run {init}: {exc.strerror or exc} "
+                            "(run `make setup`)") from None
+    log.info("started %s as pid %d", cfg.argv, pid)
+
+
+async def restore(cfg: AgentConfig, tree: Tree, net: Network, reach_ip: str) -> list:
+    """Files, sockets, then CRIU: the image's tree runs again (stopped in
+    its shims until the round releases it).  Returns the relays of its
+    stdio, to stop when the agent ends.  UserError says what failed."""
+    m, image = cfg.manifest, cfg.image
+    assert m is not None and image is not None
+    temp_files.restore(m.temp_files, image)
+    shared_files.restore(m.shared_files, image)
+    shared_files.relink(m.link_remaps)
+    written_files.rollback(m.written_files)
+    if m.sockets:
+        try:
+            await net.recreate(m.sockets, image, reach_ip)
+        except Exception as exc:
+            raise UserError(f"cannot make the network connections again: {exc}") from None
+    handover = stdio.prepare(m.stdio, run_dir())
+    log_path = run_dir() / f"criu-restore-{m.tree_id}-{os.getpid()}.log"
+    loop = asyncio.get_running_loop()
+    for relay in handover.relays:
+        relay.start(loop)
+    tree.hold_reaping = True
+    try:
+        with compress.readable(image) as images:
+            pid = await loop.run_in_executor(
+                None, lambda: criu_driver.restore(images, log_path, inherit=handover.pairs,
+                                                  terminal=handover.terminal))
+        # watched before reaping resumes: a root that already ended (a
+        # restart round aborted at once) is collected with its status
+        tree.adopt(pid)
+    except criu_driver.CriuError as exc:
+        raise UserError(str(exc)) from None
+    finally:
+        tree.hold_reaping = False
+        handover.close_after_restore()
+    log.info("restored %s (generation %d) as pid %d", image, m.generation, pid)
+    return handover.relays

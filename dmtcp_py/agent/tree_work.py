@@ -1,0 +1,215 @@
+"""What each barrier's step does to one tree, carried out (DESIGN.md 3).
+
+The machine names a Step; this module does it, through the shims (records
+on their Unix sockets), the network sockets (network.py) and CRIU (through
+images.checkpoint), and reports a WorkResult.  It reads top to bottom as
+the phases of a round.  It decides nothing about the protocol: which step
+comes, and what a failure means, is the machine's.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Callable
+
+import psutil
+
+from dmtcp_py import fault_injection, logs
+from dmtcp_py.agent import criu_driver, records, stdio
+from dmtcp_py.agent.config import AgentConfig
+from dmtcp_py.agent.machine import Step, Work, WorkResult
+from dmtcp_py.agent.network import Network
+from dmtcp_py.agent.shimlink import ShimLink
+from dmtcp_py.agent.tree import Tree
+from dmtcp_py.images import checkpoint, store
+from dmtcp_py.paths import hostname, run_dir
+from dmtcp_py.protocol import messages
+from dmtcp_py.protocol.states import State
+
+log = logging.getLogger("agent")
+
+SHIM_TIMEOUT = 10.0    # a process that does not answer its agent in this time is stuck
+PROGRESS_EVERY = 0.25  # seconds between progress reports while CRIU writes
+
+
+class TreeWork:
+    def __init__(self, cfg: AgentConfig, *, shims: ShimLink, net: Network, tree: Tree,
+                 send: Callable[[messages.Message], None]) -> None:
+        self.cfg = cfg
+        self.shims, self.net, self.tree = shims, net, tree
+        self._send = send
+
+    async def carry_out(self, step: Step) -> WorkResult:
+        """One barrier's work; a bug of ours never leaves the tree stopped."""
+        try:
+            return await _STEPS[step.work](self, step)
+        except Exception as exc:
+            log.exception("%s failed", step.work.value)
+            return WorkResult(error=f"internal error: {exc!r} (see {logs.current()})")
+
+    # ---- the phases of a round ----------------------------------------------------
+
+    async def _suspend(self, step: Step) -> WorkResult:
+        stuck = await self.shims.request_all(records.SUSPEND, records.SUSPENDED, SHIM_TIMEOUT)
+        await fault_injection.hold(State.SUSPENDED)
+        return WorkResult(error=f"processes {stuck} did not answer the suspend request"
+                          if stuck else None)
+
+    async def _elect(self, step: Step) -> WorkResult:
+        stuck = await self.shims.request_all(records.ELECT, records.ELECTED, SHIM_TIMEOUT)
+        return WorkResult(error=f"processes {stuck} did not answer the election request"
+                          if stuck else None)
+
+    async def _drain(self, step: Step) -> WorkResult:
+        error = None
+        try:
+            await self.net.park_and_drain(self.shims.pids(), step.comp_id, step.generation,
+                                          SHIM_TIMEOUT)
+            await fault_injection.hold(State.DRAINED)
+        except Exception as exc:
+            log.exception("drain failed")
+            error = f"draining the network connections failed: {exc!r}"
+        return WorkResult(error=error, external=tuple(self.net.external),
+                          failed_conns=tuple(self.net.failed_conns))
+
+    async def _dump(self, step: Step) -> WorkResult:
+        """CRIU dumps the tree into a partial directory; the images wait
+        there for the coordinator's commit."""
+        cfg = self.cfg
+        assert cfg.ckptdir is not None, "the coordinator's welcome sets it"
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        ckpt = checkpoint.Checkpoint.begin(cfg.ckptdir, cfg.program, cfg.tree_id,
+                                           step.generation)
+        # a process must not reconnect mid-dump: CRIU would meet a socket
+        # leading out of the tree
+        self.shims.stop_listening()
+        parked = frozenset(self.shims.pids())  # REFILLED waits for these, also on failure
+        gone = False  # the tree ended with its dump (a stopping checkpoint)
+        try:
+            stuck = await self.shims.park_all(SHIM_TIMEOUT)
+            ckpt.steps["park"] = time.monotonic()
+            if stuck:
+                raise criu_driver.CriuError(f"processes {stuck} did not detach from the agent")
+            procs = self.tree.processes()
+            facts = self._facts(step, [p.pid for p in procs], sorted(parked))
+            self.tree.hold_reaping = True
+            ticker = asyncio.create_task(self._report_progress(step.generation, ckpt, procs))
+            try:
+                await loop.run_in_executor(None, lambda: ckpt.dump(
+                    self.tree.root_pid, run_dir() / f"criu-dump-{cfg.tree_id}.log",
+                    leave_running=not step.stop, external=facts.external))
+            finally:
+                self.tree.hold_reaping = False
+                ticker.cancel()
+            m = await loop.run_in_executor(None, ckpt.save_files, facts, self.net.table)
+            gone = step.stop
+        except (criu_driver.CriuError, OSError) as exc:
+            log.error("checkpoint failed: %s", exc)
+            await loop.run_in_executor(None, ckpt.discard)
+            return WorkResult(error=str(exc), parked=parked)
+        except BaseException:
+            await loop.run_in_executor(None, ckpt.discard)
+            raise
+        finally:
+            # a failed dump leaves the tree running, stopping or not: its
+            # processes come back
+            if not gone:
+                await self.shims.listen()
+        duration = time.monotonic() - started
+        log.info("generation %d: dumped %d bytes in %.3f s", step.generation,
+                 m.total_bytes, duration)
+        log.debug("dump steps (ms): %s", checkpoint.step_times(started, ckpt.steps))
+        self._send(messages.Progress(generation=step.generation, written=m.total_bytes,
+                                     expected=m.total_bytes))
+        image = messages.ImageInfo(path=str(ckpt.final), host=hostname(), tree_id=cfg.tree_id,
+                                   program=cfg.program, bytes=m.total_bytes,
+                                   duration=duration, processes=len(parked))
+        return WorkResult(image=image, pending=ckpt, parked=parked)
+
+    def _facts(self, step: Step, pids: list[int], shim_pids: list[int]) -> checkpoint.TreeFacts:
+        cfg, m = self.cfg, self.cfg.manifest
+        io = stdio.describe()
+        return checkpoint.TreeFacts(
+            comp_id=step.comp_id, tree_id=cfg.tree_id, program=cfg.program,
+            argv=list(cfg.argv or (m.argv if m else [])), host=hostname(),
+            agent_socket=self.shims.name, num_trees=step.num_trees, root_pid=self.tree.root_pid,
+            pids=pids, shim_pids=shim_pids, stdio=io, external=stdio.external_ids(io))
+
+    async def _report_progress(self, generation: int, ckpt: checkpoint.Checkpoint,
+                               procs: list[psutil.Process]) -> None:
+        """While CRIU writes: bytes in the partial directory, of about the
+        tree's resident memory, every quarter of a second."""
+        expected = 0
+        for proc in procs:
+            try:
+                expected += proc.memory_info().rss
+            except psutil.Error:
+                pass
+        while True:
+            written = store.directory_bytes(ckpt.partial)
+            self._send(messages.Progress(generation=generation, written=written,
+                                         expected=max(expected, written)))
+            await asyncio.sleep(PROGRESS_EVERY)
+
+    async def _refill(self, step: Step) -> WorkResult:
+        missing = await self.shims.wait_for(self.tree.alive(set(step.expect_pids)), SHIM_TIMEOUT)
+        if missing:
+            log.warning("processes %s did not reconnect", sorted(missing))
+        try:
+            await self.net.refill_and_unpark(SHIM_TIMEOUT, step.failed_conns)
+            return WorkResult()
+        except Exception as exc:
+            log.exception("refill failed")
+            return WorkResult(error=f"refilling the network connections failed: {exc!r}")
+
+    async def _resume(self, step: Step) -> WorkResult:
+        await self.shims.request_all(records.RESUME, records.RESUMED, SHIM_TIMEOUT,
+                                     arg=step.resume_arg)
+        return WorkResult()
+
+    # ---- outside the barriers -----------------------------------------------------------
+
+    async def give_back(self, expect_pids: frozenset[int], resume_arg: int) -> None:
+        """A round without its coordinator: processes back, sockets back,
+        threads released.  Never keeps the program stopped."""
+        if not self.shims.listening:  # a dump that ended without reopening it
+            await self.shims.listen()
+        await self.shims.wait_for(self.tree.alive(set(expect_pids)), SHIM_TIMEOUT)
+        try:
+            await self.net.abandon(SHIM_TIMEOUT)
+        except Exception:
+            log.exception("giving the sockets back failed")
+        await self.shims.request_all(records.RESUME, records.RESUMED, SHIM_TIMEOUT,
+                                     arg=resume_arg)
+
+    async def publish(self, ckpt: checkpoint.Checkpoint) -> str | None:
+        """Make the images durable and give them their name while the
+        program runs again (the fsync is about a second per GiB here); old
+        generations are deleted last.  The error, if it failed."""
+        loop = asyncio.get_running_loop()
+        try:
+            expired = await loop.run_in_executor(None, lambda: ckpt.finish(compressed=self.cfg.compress))
+        except OSError as exc:
+            await loop.run_in_executor(None, ckpt.discard)
+            log.error("generation %d not published: %s", ckpt.generation, exc)
+            return f"publishing {ckpt.final}: {exc}"
+        log.info("generation %d published as %s", ckpt.generation, ckpt.final)
+        loop.run_in_executor(None, checkpoint.delete, expired)
+        return None
+
+    async def discard(self, ckpt: checkpoint.Checkpoint) -> None:
+        log.warning("generation %d failed or was abandoned; its images here are dropped",
+                    ckpt.generation)
+        await asyncio.get_running_loop().run_in_executor(None, ckpt.discard)
+
+
+_STEPS = {
+    Work.SUSPEND: TreeWork._suspend,
+    Work.ELECT: TreeWork._elect,
+    Work.DRAIN: TreeWork._drain,
+    Work.DUMP: TreeWork._dump,
+    Work.REFILL: TreeWork._refill,
+    Work.RESUME: TreeWork._resume,
+}

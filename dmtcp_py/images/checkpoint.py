@@ -1,0 +1,129 @@
+"""Writing one tree's checkpoint, from CRIU's dump to a published image.
+
+The steps, in the order a round takes them (all blocking: the agent runs
+them in a worker thread):
+
+1. dump: CRIU writes the tree into a partial directory (never a name a
+   restart would take).
+2. save_files: while the program's threads are still stopped, what CRIU
+   does not keep: the files it maps shared, its scratch files, the length
+   of the files it writes, the links of removed mapped files.  The
+   manifest is made here, in memory.
+3. finish (after the coordinator's commit, while the program runs again):
+   compress if asked, the checksums a restart checks, the manifest written
+   once, everything made durable, then the partial directory takes the
+   image's name atomically (store.publish).
+   Or discard: the partial directory goes, the previous image stays.
+"""
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+from dmtcp_py.agent import criu_driver
+from dmtcp_py.images import compress, integrity, shared_files, store, temp_files, written_files
+from dmtcp_py.images.manifest import Manifest
+
+
+@dataclass
+class TreeFacts:
+    """What the manifest says of the tree besides its files."""
+    comp_id: str
+    tree_id: str
+    program: str
+    argv: list[str]
+    host: str
+    agent_socket: str
+    num_trees: int
+    root_pid: int
+    pids: list[int]
+    shim_pids: list[int]
+    stdio: dict[str, dict]     # see agent.stdio.describe
+    external: list[str]        # CRIU --external ids of that stdio
+
+
+@dataclass
+class Checkpoint:
+    """One generation of one tree, from the dump until it is published or
+    discarded."""
+    generation: int
+    partial: Path
+    final: Path
+    manifest: Manifest | None = None
+    steps: dict[str, float] = field(default_factory=dict)  # step -> when it ended
+
+    @classmethod
+    def begin(cls, ckptdir: Path, program: str, tree_id: str, generation: int) -> Checkpoint:
+        name = store.image_name(program, tree_id)
+        return cls(generation, store.make_partial(ckptdir, name, generation), ckptdir / name)
+
+    def dump(self, root_pid: int, log_path: Path, *, leave_running: bool,
+             external: list[str]) -> None:
+        criu_driver.dump(root_pid, self.partial, log_path, leave_running=leave_running,
+                         external=external)
+        self.steps["criu"] = time.monotonic()
+
+    def save_files(self, facts: TreeFacts, sockets: Callable[[Path], list[dict]]) -> Manifest:
+        """Everything CRIU leaves out, and the manifest (in memory).  The
+        program's threads are still stopped: the mapped files are as the
+        dumped memory sees them."""
+        pids, partial = facts.pids, self.partial
+        shared = shared_files.save(shared_files.mapped_files(pids), partial)
+        handed_over = {d["path"] for d in facts.stdio.values()}
+        kept = handed_over | {s["path"] for s in shared}
+        temp = temp_files.save(pids, partial, kept)
+        written = written_files.collect(pids, kept)
+        self.steps["files"] = time.monotonic()
+        criu_driver.fix_files_image(partial)
+        aliases = shared_files.deleted_aliases(pids)
+        remaps = [{"remap": remap, "live": aliases[orig]}
+                  for remap, orig in criu_driver.link_remaps(partial) if orig in aliases]
+        self.manifest = Manifest(
+            comp_id=facts.comp_id, tree_id=facts.tree_id, program=facts.program,
+            argv=facts.argv, host=facts.host, generation=self.generation, time=time.time(),
+            root_pid=facts.root_pid, pids=sorted(pids), peers=len(facts.shim_pids),
+            shim_pids=sorted(facts.shim_pids), shared_files=shared, written_files=written,
+            sockets=sockets(partial), link_remaps=remaps, temp_files=temp,
+            agent_socket=facts.agent_socket, num_trees=facts.num_trees, stdio=facts.stdio,
+            external=facts.external, criu_version=criu_driver.version(),
+            files=store.file_sizes(partial))
+        self.steps["manifest"] = time.monotonic()
+        return self.manifest
+
+    def finish(self, *, compressed: bool) -> list[Path]:
+        """Compress (if asked), checksum, write the manifest once, make it
+        all durable and give it the image's name.  Returns the expired
+        generations, already out of the way, for the caller to delete."""
+        assert self.manifest is not None, "finish before save_files"
+        m = self.manifest
+        if compressed and compress.compress(self.partial):
+            m = replace(m, files=store.file_sizes(self.partial), compression=compress.NAME)
+        # the disk writes the files while they are hashed from the page
+        # cache: the two overlap instead of adding up
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            flushed = pool.submit(store.flush_files, self.partial)
+            m = replace(m, sha256=integrity.digests(self.partial))
+            flushed.result()
+        self.manifest = m
+        m.write(self.partial)
+        return store.publish(self.partial, self.final)
+
+    def discard(self) -> None:
+        store.discard(self.partial)
+
+
+def delete(paths: list[Path]) -> None:
+    for path in paths:
+        store.discard(path)
+
+
+def step_times(start: float, marks: dict[str, float]) -> str:
+    """'a 3.1, b 40.2': the time each marked step took after the previous."""
+    out, prev = [], start
+    for name, at in marks.items():
+        out.append(f"{name} {(at - prev) * 1e3:.1f}")
+        prev = at
+    return ", ".join(out)
