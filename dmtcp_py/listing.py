@@ -1,5 +1,32 @@
-"""How a tree's processes are shown by `dmtcp-command -l` and the console."""
+"""Display text that more than one command shows: the coordinator's status
+and a tree's processes (`dmtcp-command -s/-l` and the console), socket
+addresses (the agent's warnings and dmtcp-inspect)."""
 from __future__ import annotations
+
+
+def address_text(addr) -> str:
+    """A socket address as the tables store it: [ip, port] (or a tuple, as
+    getsockname() says it) as ip:port; a Unix socket's name as it is; none
+    as "-"."""
+    if isinstance(addr, (list, tuple)):
+        return f"{addr[0]}:{addr[1]}"
+    return str(addr) if addr else "-"
+
+
+def status_lines(status: dict, *, last_checkpoint: bool = True) -> list[str]:
+    """The coordinator's status (CoordinatorMachine.status()) as KEY=value
+    lines, DMTCP's names; the caller adds its own heading.  The last
+    checkpoint's line only when asked for and there is one."""
+    lines = [f"NUM_PEERS={status['num_peers']}",
+             f"RUNNING={'yes' if status['running'] else 'no'}",
+             f"GENERATION={status['generation']}",
+             f"CKPT_INTERVAL={status['checkpoint_interval']:g}"]
+    last = status.get("last_checkpoint")
+    if last_checkpoint and last:
+        lines.append(f"LAST_CKPT=generation {last['generation']} "
+                     f"{'ok' if last['ok'] else 'FAILED'} {last['duration']:.3f} s "
+                     f"{last['bytes']} bytes")
+    return lines
 
 
 def proc_lines(procs: list) -> list[str]:

@@ -83,6 +83,7 @@ from __future__ import annotations
 import array
 import asyncio
 import base64
+import contextlib
 import errno
 import fcntl
 import inspect
@@ -94,6 +95,8 @@ import termios
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from dmtcp_py.sockio import peek_queue, recv_exactly_async, wait_readable, wait_writable
+
 __all__ = ["MESSAGE", "STREAM", "DrainError", "Drained", "drain", "refill"]
 
 STREAM = "stream"
@@ -104,8 +107,7 @@ _MESSAGE_MAGIC = b"DMTCPRFm"
 _HEADER = struct.Struct("!8sQQ")  # magic, length in bytes or message count, kept
 _LEN = struct.Struct("!I")  # one message in a relayed request
 _CHUNK = 1 << 20
-_SO_PEEK_OFF = getattr(socket, "SO_PEEK_OFF", 42)  # Linux values; Python lacks these
-_SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
+_SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)  # Linux values; Python lacks these
 _SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 _SHUT_ERRNOS = (errno.EPIPE, errno.ENOTCONN, errno.ESHUTDOWN)
 _MSG_OVERHEAD = 1024  # kernel memory per queued message, beyond its bytes
@@ -199,7 +201,6 @@ class _End:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.fd = sock.fileno()
-        self.loop = asyncio.get_running_loop()
         self.kind = _kind(sock)
         stype = sock.getsockopt(socket.SOL_SOCKET, socket.SO_TYPE)
         self.seqpacket = stype == socket.SOCK_SEQPACKET
@@ -218,19 +219,11 @@ class _End:
             self.sock.settimeout(self._timeout)
             os.set_blocking(self.fd, self._blocking)
 
-    async def _wait(self, add, remove) -> None:
-        fut = self.loop.create_future()
-        add(self.fd, _wake, fut)
-        try:
-            await fut
-        finally:
-            remove(self.fd)
-
     async def readable(self) -> None:
-        await self._wait(self.loop.add_reader, self.loop.remove_reader)
+        await wait_readable(self.fd)
 
     async def writable(self) -> None:
-        await self._wait(self.loop.add_writer, self.loop.remove_writer)
+        await wait_writable(self.fd)
 
     def peer_shut(self) -> bool:
         """POLLRDHUP: the peer shut its write side (or we our read side)."""
@@ -262,19 +255,11 @@ class _End:
 
     async def recv_exact(self, n: int) -> bytes:
         """Exactly n bytes, never more."""
-        out = bytearray(n)
-        view = memoryview(out)
-        got = 0
-        while got < n:
-            try:
-                k = self.sock.recv_into(view[got:], n - got)
-            except (BlockingIOError, InterruptedError):
-                await self.readable()
-                continue
-            if k == 0:
-                raise DrainError(f"connection closed with {n - got} bytes of a refill request missing")
-            got += k
-        return bytes(out)
+        data = await recv_exactly_async(self.sock, n)
+        if len(data) < n:
+            raise DrainError(f"connection closed with {n - len(data)} bytes "
+                             "of a refill request missing")
+        return data
 
     def peek_stream(self) -> bytes:
         n = self.inq()
@@ -317,23 +302,7 @@ class _End:
         total = self.inq()
         if total <= 0:
             return []
-        old = self.sock.getsockopt(socket.SOL_SOCKET, _SO_PEEK_OFF)
-        self.sock.setsockopt(socket.SOL_SOCKET, _SO_PEEK_OFF, 0)
-        try:
-            msgs, seen = [], 0
-            view = self.scratch(total)
-            while seen < total:
-                n = self.sock.recv_into(view, total - seen, socket.MSG_PEEK)
-                msgs.append(bytes(view[:n]))
-                seen += n
-            return msgs
-        finally:
-            self.sock.setsockopt(socket.SOL_SOCKET, _SO_PEEK_OFF, old)
-
-
-def _wake(fut: asyncio.Future) -> None:
-    if not fut.done():
-        fut.set_result(None)
+        return [msg for msg, _ in peek_queue(self.sock, total, total=total)]
 
 
 async def concurrently(*aws: Awaitable):
@@ -360,6 +329,23 @@ def _describe(exc: OSError) -> str:
     return os.strerror(exc.errno) if exc.errno else str(exc)
 
 
+@contextlib.asynccontextmanager
+async def _working_on(sock: socket.socket, timeout: float, what: str, too_late: str):
+    """The socket as an _End for at most ``timeout`` seconds, restored
+    after; the one place where running out of time and OSError become
+    DrainError (``too_late``, or ``what: the error``)."""
+    end = _End(sock)
+    try:
+        async with asyncio.timeout(timeout):
+            yield end
+    except TimeoutError:
+        raise DrainError(too_late) from None
+    except OSError as exc:
+        raise DrainError(f"{what}: {_describe(exc)}") from exc
+    finally:
+        end.restore()
+
+
 # --- drain --------------------------------------------------------------------
 
 async def drain(sock: socket.socket, cookie: bytes, timeout: float) -> Drained:
@@ -369,19 +355,12 @@ async def drain(sock: socket.socket, cookie: bytes, timeout: float) -> Drained:
     when the connection is reset."""
     if not cookie:
         raise ValueError("the cookie must not be empty")
-    end = _End(sock)
-    out = Drained(end.kind)
-    try:
-        async with asyncio.timeout(timeout):
-            receive = _drain_stream(end, cookie, out) if end.kind == STREAM \
-                else _drain_messages(end, cookie, out)
-            out.self_shut_wr, _ = await concurrently(_send_cookie(end, cookie), receive)
-    except TimeoutError:
-        raise DrainError(f"drain: the peer's cookie did not arrive within {timeout:g} s") from None
-    except OSError as exc:
-        raise DrainError(f"drain: {_describe(exc)}") from exc
-    finally:
-        end.restore()
+    async with _working_on(sock, timeout, "drain",
+                           f"drain: the peer's cookie did not arrive within {timeout:g} s") as end:
+        out = Drained(end.kind)
+        receive = _drain_stream(end, cookie, out) if end.kind == STREAM \
+            else _drain_messages(end, cookie, out)
+        out.self_shut_wr, _ = await concurrently(_send_cookie(end, cookie), receive)
     return out
 
 
@@ -483,35 +462,27 @@ async def refill(sock: socket.socket, mine: Drained, timeout: float, *,
         raise ValueError("our write side is shut: relay_send is needed")
     if mine.peer_shut_wr and relay_recv is None:
         raise ValueError("the peer's write side is shut: relay_recv is needed")
-    end = _End(sock)
-    lost = 0
-    try:
-        async with asyncio.timeout(timeout):
-            if end.udp:
-                _ensure_buffer(end.sock, socket.SO_RCVBUF, _SO_RCVBUFFORCE,
-                               _memory(mine.kind, mine.messages))
-            base = _outq(end)  # what the peer kept in its queue stays counted
-            if mine.self_shut_wr:
-                send = _call(relay_send, _encode(mine))
-            else:
-                send = _send_request(end, mine)
-            if mine.peer_shut_wr:
-                receive = _relayed_request(end.kind, relay_recv)
-            else:
-                receive = _recv_request(end)
-            # the echo starts only when our request is completely written
-            _, peer = await concurrently(send, receive)
-            lost = await _echo(end, peer, base)
-            if shut_after:
-                sock.shutdown(socket.SHUT_WR)
-    except TimeoutError:
-        raise DrainError(f"refill did not finish within {timeout:g} s") from None
-    except OSError as exc:
-        raise DrainError(f"refill: {_describe(exc)}") from exc
-    finally:
-        end.restore()
+    async with _working_on(sock, timeout, "refill",
+                           f"refill did not finish within {timeout:g} s") as end:
+        if end.udp:
+            _ensure_buffer(end.sock, socket.SO_RCVBUF, _SO_RCVBUFFORCE,
+                           _memory(mine.kind, mine.messages))
+        base = _outq(end)  # what the peer kept in its queue stays counted
+        if mine.self_shut_wr:
+            send = _call(relay_send, _encode(mine))
+        else:
+            send = _send_request(end, mine)
+        if mine.peer_shut_wr:
+            receive = _relayed_request(end.kind, relay_recv)
+        else:
+            receive = _recv_request(end)
+        # the echo starts only when our request is completely written
+        _, peer = await concurrently(send, receive)
+        lost = await _echo(end, peer, base)
+        if shut_after:
+            sock.shutdown(socket.SHUT_WR)
     if lost:
-        unit = "bytes" if end.kind == STREAM else "messages"
+        unit = "bytes" if kind == STREAM else "messages"
         raise DrainError(
             f"refill: {lost} {unit} in flight toward the peer cannot be written back: "
             "our write side is shut (on a restart, refill the fresh socket instead)")

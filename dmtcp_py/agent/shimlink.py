@@ -1,8 +1,9 @@
 """The agent's end of the shim link: one Unix stream connection per process.
 
-Mirrors hijack/include/dmtcp_record.h.  The listening socket lives in the
-abstract namespace under a name that is fixed for the tree, so the shims of
-a restored tree find the new agent on any host.
+The records are those of hijack/include/dmtcp_record.h (records.py).  The
+listening socket lives in the abstract namespace under a name that is fixed
+for the tree, so the shims of a restored tree find the new agent on any
+host.
 """
 from __future__ import annotations
 
@@ -15,22 +16,32 @@ import struct
 from dataclasses import dataclass, field
 from typing import Callable
 
+from dmtcp_py.agent.records import (
+    CHECKPOINT,
+    CKPT_REQUEST,
+    CKPT_REQUESTED,
+    HELLO,
+    MAGIC,
+    PARK,
+    PARK_LEADER,
+    PARK_MAX,
+    PARKED,
+    PARKED_FD,
+    READY,
+    RECORD,
+    RESUME,
+    SUSPENDED,
+    UNPARK,
+    UNPARK_FD,
+    UNPARKED,
+    VERSION,
+    pack,
+)
+from dmtcp_py.sockio import wait_readable, wait_writable
+
 log = logging.getLogger("agent.shimlink")
 
-RECORD = struct.Struct("=IHHiiQ")
-MAGIC = 0x444D5443
-VERSION = 1
-(HELLO, SUSPEND, SUSPENDED, CHECKPOINT, READY, RESUME, RESUMED, ELECT, ELECTED,
- PARK, PARKED_FD, PARKED, UNPARK_FD, UNPARK, UNPARKED, CKPT_REQUEST, CKPT_REQUESTED,
- DONE) = range(1, 19)
-DONE_FAILED = 1 << 32
-PARK_LEADER = 1 << 32
-PARK_MAX = 16384
 _FD_SPACE = socket.CMSG_SPACE(4 * array.array("i").itemsize)
-
-
-def pack(type_: int, arg: int = 0) -> bytes:
-    return RECORD.pack(MAGIC, VERSION, type_, 0, 0, arg)
 
 
 @dataclass(frozen=True)
@@ -52,26 +63,16 @@ class Shim:
     label: list | None = None  # what the coordinator is told of it (the agent fills it in)
 
 
-async def _wait(fileno: int, add, remove) -> None:
-    fut = asyncio.get_running_loop().create_future()
-    add(fileno, lambda: fut.done() or fut.set_result(None))
-    try:
-        await fut
-    finally:
-        remove(fileno)
-
-
 async def _recv_record(sock: socket.socket) -> tuple[bytes, int | None]:
     """One record and the socket riding on it, if any.  Reads never go past
     the record, so a passed socket always belongs to the record it came with."""
-    loop = asyncio.get_running_loop()
     data, passed = b"", None
     while len(data) < RECORD.size:
         try:
             chunk, ancdata, _flags, _addr = sock.recvmsg(
                 RECORD.size - len(data), _FD_SPACE, socket.MSG_CMSG_CLOEXEC)
         except (BlockingIOError, InterruptedError):
-            await _wait(sock.fileno(), loop.add_reader, loop.remove_reader)
+            await wait_readable(sock.fileno())
             continue
         for level, type_, payload in ancdata:
             if level == socket.SOL_SOCKET and type_ == socket.SCM_RIGHTS:
@@ -101,7 +102,7 @@ async def _send(sock: socket.socket, data: bytes, passed: int | None = None) -> 
                                           array.array("i", [passed]))])
             break
         except (BlockingIOError, InterruptedError):
-            await _wait(sock.fileno(), loop.add_writer, loop.remove_writer)
+            await wait_writable(sock.fileno())
     if sent < len(data):
         await loop.sock_sendall(sock, data[sent:])
 

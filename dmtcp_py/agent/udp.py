@@ -15,9 +15,9 @@ import ipaddress
 import socket
 import struct
 
+from dmtcp_py import sockio
 from dmtcp_py.agent import fdtable
 
-SO_PEEK_OFF = 42       # Linux; Python does not name it
 IP_TRANSPARENT = 19
 IP_FREEBIND = 15
 IPV6_TRANSPARENT = 75
@@ -26,22 +26,13 @@ MAX_DATAGRAM = 65536
 
 def peek_queue(sock: socket.socket, netid: str) -> list[tuple[bytes, tuple, str]]:
     """Every queued datagram: (data, source address, source key)."""
-    saved_off = sock.getsockopt(socket.SOL_SOCKET, SO_PEEK_OFF)
     blocking = sock.getblocking()
-    out = []
     try:
         sock.setblocking(False)
-        sock.setsockopt(socket.SOL_SOCKET, SO_PEEK_OFF, 0)
-        while True:
-            try:
-                data, src = sock.recvfrom(MAX_DATAGRAM, socket.MSG_PEEK)
-            except (BlockingIOError, InterruptedError):
-                break
-            out.append((data, tuple(src[:2]), fdtable.inet_key("udp", src, netid)))
+        queued = sockio.peek_queue(sock, MAX_DATAGRAM)
     finally:
-        sock.setsockopt(socket.SOL_SOCKET, SO_PEEK_OFF, saved_off)
         sock.setblocking(blocking)
-    return out
+    return [(data, tuple(src[:2]), fdtable.inet_key("udp", src, netid)) for data, src in queued]
 
 
 def _checksum(data: bytes) -> int:

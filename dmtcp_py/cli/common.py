@@ -1,5 +1,6 @@
-"""What all commands share: coordinator options, one-line errors, starting
-a coordinator when none answers."""
+"""What the commands share: coordinator options, one-line errors (both
+from base.py, and re-exported here), starting a coordinator when none
+answers."""
 from __future__ import annotations
 
 import os
@@ -8,24 +9,16 @@ from pathlib import Path
 
 import click
 
+from dmtcp_py.cli.base import CONTEXT, coord_host_option, coord_port_option, run
 from dmtcp_py.client import coordinator_alive
 from dmtcp_py.errors import UserError
-from dmtcp_py.paths import DEFAULT_PORT, hostname
+from dmtcp_py.paths import hostname
 
-CONTEXT = {"help_option_names": ["--help"], "max_content_width": 100}
+__all__ = ["CONTEXT", "coord_host_option", "coord_port_option", "coordinator_choice_options",
+           "ensure_coordinator", "exit_code", "gzip_option", "is_local", "run",
+           "start_coordinator"]
+
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
-
-
-def coord_host_option(f):
-    return click.option("-h", "--coord-host", envvar="DMTCP_COORD_HOST", default="127.0.0.1",
-                        show_default=True, metavar="HOST",
-                        help="Coordinator host [env DMTCP_COORD_HOST].")(f)
-
-
-def coord_port_option(f, *, help_text="Coordinator port [env DMTCP_COORD_PORT]."):
-    return click.option("-p", "--coord-port", envvar="DMTCP_COORD_PORT", default=DEFAULT_PORT,
-                        show_default=True, type=click.IntRange(0, 65535), metavar="PORT",
-                        help=help_text)(f)
 
 
 def coordinator_choice_options(f):
@@ -42,24 +35,6 @@ def gzip_option(f):
                         "core, after the program runs again) [env DMTCP_GZIP=1; default: no].")(f)
 
 
-def run(name: str, command: click.Command, args: list[str] | None = None) -> int:
-    """Run a click command; every failure is one line on stderr.  Returns
-    the exit code."""
-    try:
-        code = command.main(args=args, prog_name=name, standalone_mode=False)
-    except UserError as exc:
-        click.echo(f"{name}: error: {exc}", err=True)
-        return exc.exit_code
-    except click.exceptions.Abort:
-        return 130
-    except click.ClickException as exc:
-        click.echo(f"{name}: error: {exc.format_message()} (see --help)", err=True)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        return 130
-    return code if isinstance(code, int) else 0
-
-
 def is_local(host: str) -> bool:
     return host in LOCAL_HOSTS or host == hostname()
 
@@ -71,6 +46,7 @@ def start_coordinator(port: int, *, interval: float | None = None) -> int:
     Forks this process rather than starting a new interpreter: everything is
     already imported, which saves a fifth of a second on every launch and
     restart that needs a coordinator.  Called before any thread exists."""
+    # here: a launch that joins a coordinator never loads the coordinator's modules
     from dmtcp_py.cli import coordinator
 
     with tempfile.TemporaryDirectory(prefix="dmtcp-port-") as tmp:

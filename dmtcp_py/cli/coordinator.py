@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from dmtcp_py import __version__, logs
-from dmtcp_py.cli.common import CONTEXT, coord_port_option, run
+from dmtcp_py.cli.base import CONTEXT, coord_port_option, run
 from dmtcp_py.coordinator import console
 from dmtcp_py.coordinator.machine import CoordinatorMachine
 from dmtcp_py.coordinator.server import CoordinatorServer

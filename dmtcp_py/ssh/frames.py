@@ -10,6 +10,8 @@ import socket
 import struct
 import threading
 
+from dmtcp_py.sockio import recv_exactly
+
 STDIN, STDOUT, STDERR, EXIT, SIGNAL = range(5)
 HEADER = struct.Struct("!BI")
 MAX_FRAME = 1 << 20
@@ -28,13 +30,9 @@ class Link:
         self.send(channel, struct.pack("!i", value))
 
     def _exactly(self, n: int) -> bytes | None:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                return None
-            buf += chunk
-        return bytes(buf)
+        """n bytes, or None at the end of the link."""
+        data = recv_exactly(self.sock, n)
+        return data if len(data) == n else None
 
     def recv(self) -> tuple[int, bytes] | None:
         """The next frame, or None at the end of the link."""

@@ -44,7 +44,9 @@
  * HELLO's arg is 1 when the process is still suspended (it reconnects after
  * a dump or a restore): the agent then owes it a RESUME.
  *
- * The Python side mirrors this layout in dmtcp_py/agent/shimlink.py.
+ * The Python side mirrors these constants and this layout in
+ * dmtcp_py/agent/records.py; tests/unit/test_records.py compiles this header
+ * and checks that the two agree.
  */
 #ifndef DMTCP_RECORD_H
 #define DMTCP_RECORD_H

@@ -28,9 +28,13 @@ void channel_close(int fd);
 int channel_recv_fd(int fd, struct dmtcp_record *rec, int *passed);
 int channel_recv_payload(int fd, void *buf, size_t len);
 int channel_send_fd(int fd, uint16_t type, uint64_t arg, int passed);
+int channel_agent_fd(void);         /* this process's connection, or -1 */
+void channel_set_agent_fd(int fd);  /* the checkpoint thread, as it (dis)connects */
 
 /* ckpt_thread.c */
 void ckpt_thread_start(void);
+
+/* pause.c */
 void pause_ms(long ms); /* a sleep that a dump or restore does not cut short */
 
 /* real.c: the only dlsym(RTLD_NEXT) cache; resolved on first use. */
@@ -101,9 +105,6 @@ void gate_after_fork_child(void);
 /* procdir.c: call fn for every numeric entry of a /proc directory
  * (except the fd used to read it); raw system calls only. */
 int procdir_each(const char *path, void (*fn)(int num, void *ctx), void *ctx);
-
-/* ckpt_thread.c: this process's agent connection, or -1. */
-int shim_agent_fd(void);
 
 /* fdowner.c: F_GETOWN of every socket, saved, elected, restored. */
 void fdowner_save(void);

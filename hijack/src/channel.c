@@ -18,6 +18,20 @@
 
 static struct sockaddr_un agent_addr;
 static socklen_t agent_addr_len;
+/* This process's connection, -1 when none.  Kept here, with the link, so
+ * that the units that must not touch it (fdowner.c, wrap_fd.c) ask the
+ * link, not the checkpoint thread that makes and drops it. */
+static int agent_fd = -1;
+
+int channel_agent_fd(void)
+{
+    return agent_fd;
+}
+
+void channel_set_agent_fd(int fd)
+{
+    agent_fd = fd;
+}
 
 int channel_set_address(const char *env_value)
 {

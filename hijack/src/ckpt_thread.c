@@ -10,13 +10,10 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "shim.h"
 
-static int agent_fd = -1;   /* this process's connection, -1 when none */
 static int shim_enabled;
 /*
  * The first connection's socket, made before the program goes on (in the
@@ -30,31 +27,17 @@ static int first_fd = -1;
 
 /*
  * Held while the connection is being made or dropped, and across fork()
- * (atfork prepare/parent).  Without it, a fork between socket() and the
- * publication of agent_fd gives the child an unknown copy of the parent's
+ * (atfork prepare/parent).  Without it, a fork between socket() and
+ * channel_set_agent_fd() gives the child an unknown copy of the parent's
  * connection: the agent then never sees that connection close.  Never held
  * while the process is suspended for a checkpoint.
  */
 static pthread_mutex_t conn_lock = PTHREAD_MUTEX_INITIALIZER;
 
-void pause_ms(long ms)
-{
-    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-
-    /* nanosleep restarts transparently across a CRIU dump/restore */
-    while (syscall(SYS_nanosleep, &ts, &ts) < 0)
-        ;
-}
-
 /* A process left suspended by a checkpoint whose agent never comes back
  * must not stay frozen for ever: after this much time spent running and
  * retrying, it lets its threads go. */
 #define ORPHANED_SUSPEND_MS 30000
-
-int shim_agent_fd(void)
-{
-    return agent_fd;
-}
 
 static void release_threads(void)
 {
@@ -78,7 +61,7 @@ static int connect_with_backoff(void)
             fd = channel_connect();
         }
         if (fd >= 0)
-            agent_fd = fd;
+            channel_set_agent_fd(fd);
         pthread_mutex_unlock(&conn_lock);
         if (fd >= 0)
             return fd;
@@ -144,7 +127,7 @@ static void serve(int fd)
             /* stay suspended: the agent dumps us, then we come back */
             channel_send(fd, DMTCP_REC_READY, 0);
             pthread_mutex_lock(&conn_lock);
-            agent_fd = -1;
+            channel_set_agent_fd(-1);
             channel_close(fd);
             pthread_mutex_unlock(&conn_lock);
             return;
@@ -165,7 +148,7 @@ out:
     /* the agent is gone in the middle: never leave the program stopped */
     release_threads();
     pthread_mutex_lock(&conn_lock);
-    agent_fd = -1;
+    channel_set_agent_fd(-1);
     channel_close(fd);
     pthread_mutex_unlock(&conn_lock);
 }
@@ -219,9 +202,9 @@ static void atfork_child(void)
     gate_after_fork_child();
     if (!shim_enabled)
         return;
-    if (agent_fd >= 0) {
-        channel_close(agent_fd);
-        agent_fd = -1;
+    if (channel_agent_fd() >= 0) {
+        channel_close(channel_agent_fd());
+        channel_set_agent_fd(-1);
     }
     if (first_fd >= 0)
         channel_close(first_fd); /* the parent's, not yet used */

@@ -24,7 +24,7 @@ static void save_one(int fd, void *unused)
     struct stat st;
 
     (void)unused;
-    if (fd == shim_agent_fd() || n_sockets >= MAX_SOCKETS)
+    if (fd == channel_agent_fd() || n_sockets >= MAX_SOCKETS)
         return;
     if (syscall(SYS_fstat, fd, &st) != 0 || !S_ISSOCK(st.st_mode))
         return;

@@ -131,19 +131,17 @@ static const char *ssh_wrapper_for(const char *path, char *const *envp)
     char newenv##_pre[4096]; \
     char **newenv = reassert(envp, newenv##_arr, newenv##_pre, sizeof(newenv##_pre))
 
+/*
+ * What every exec and spawn does: our environment back in, and an ssh to
+ * take over runs as dmtcp-ssh (by its path, hence always real_execve or
+ * real_posix_spawn); anything else goes to the real call asked for (file:
+ * a path, or a name for the PATH-searching forms).
+ */
+typedef int (*exec_fn)(const char *file, char *const argv[], char *const envp[]);
+typedef int (*spawn_fn)(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+                        const posix_spawnattr_t *attr, char *const argv[], char *const envp[]);
 
-SHIM_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
-{
-    const char *wrapper = ssh_wrapper_for(path, envp);
-    WITH_ENV(envp, env);
-    if (wrapper) {
-        WITH_SSH_ARGV(wrapper, path, argv, wargv);
-        return real_execve(wrapper, wargv, env);
-    }
-    return real_execve(path, argv, env);
-}
-
-SHIM_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+static int exec_in_tree(exec_fn real, const char *file, char *const argv[], char *const envp[])
 {
     const char *wrapper = ssh_wrapper_for(file, envp);
     WITH_ENV(envp, env);
@@ -151,7 +149,30 @@ SHIM_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]
         WITH_SSH_ARGV(wrapper, file, argv, wargv);
         return real_execve(wrapper, wargv, env);
     }
-    return real_execvpe(file, argv, env);
+    return real(file, argv, env);
+}
+
+static int spawn_in_tree(spawn_fn real, pid_t *pid, const char *file,
+                         const posix_spawn_file_actions_t *fa, const posix_spawnattr_t *attr,
+                         char *const argv[], char *const envp[])
+{
+    const char *wrapper = ssh_wrapper_for(file, envp);
+    WITH_ENV(envp, env);
+    if (wrapper) {
+        WITH_SSH_ARGV(wrapper, file, argv, wargv);
+        return real_posix_spawn(pid, wrapper, fa, attr, wargv, env);
+    }
+    return real(pid, file, fa, attr, argv, env);
+}
+
+SHIM_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+    return exec_in_tree(real_execve, path, argv, envp);
+}
+
+SHIM_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+    return exec_in_tree(real_execvpe, file, argv, envp);
 }
 
 SHIM_EXPORT int execv(const char *path, char *const argv[])
@@ -203,25 +224,13 @@ SHIM_EXPORT int execle(const char *path, const char *arg, ...)
 SHIM_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
                             const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
-    const char *wrapper = ssh_wrapper_for(path, envp);
-    WITH_ENV(envp, env);
-    if (wrapper) {
-        WITH_SSH_ARGV(wrapper, path, argv, wargv);
-        return real_posix_spawn(pid, wrapper, fa, attr, wargv, env);
-    }
-    return real_posix_spawn(pid, path, fa, attr, argv, env);
+    return spawn_in_tree(real_posix_spawn, pid, path, fa, attr, argv, envp);
 }
 
 SHIM_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
                              const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
-    const char *wrapper = ssh_wrapper_for(file, envp);
-    WITH_ENV(envp, env);
-    if (wrapper) {
-        WITH_SSH_ARGV(wrapper, file, argv, wargv);
-        return real_posix_spawn(pid, wrapper, fa, attr, wargv, env);
-    }
-    return real_posix_spawnp(pid, file, fa, attr, argv, env);
+    return spawn_in_tree(real_posix_spawnp, pid, file, fa, attr, argv, envp);
 }
 
 /* system() and popen() use the process's environment through libc's

@@ -21,7 +21,7 @@
 
 static int is_ours(int fd)
 {
-    int agent = shim_agent_fd();
+    int agent = channel_agent_fd();
 
     return fd >= 0 && fd == agent;
 }
@@ -60,7 +60,7 @@ static int raw_close_range(unsigned first, unsigned last, int flags)
 
 SHIM_EXPORT int close_range(unsigned first, unsigned last, int flags)
 {
-    int agent = shim_agent_fd();
+    int agent = channel_agent_fd();
     int rc = 0;
 
     if (agent < 0 || (unsigned)agent < first || (unsigned)agent > last)

@@ -1,0 +1,48 @@
+"""The records of the shim link, as hijack/include/dmtcp_record.h defines
+them: the layout, the record types, the flags riding on an arg.
+
+Only constants and pack(): no I/O, no asyncio, so the agent's sans-IO
+machine and the tests use them as freely as shimlink.py does.  The C
+header is the reference (the conversation is documented there);
+tests/unit/test_records.py compiles it and checks every value here.
+"""
+from __future__ import annotations
+
+import struct
+
+# struct dmtcp_record: magic, version, type, pid, ppid, arg; native byte
+# order and no padding ("="): both ends are on one host
+RECORD = struct.Struct("=IHHiiQ")
+MAGIC = 0x444D5443  # "DMTC"
+VERSION = 1
+
+# enum dmtcp_record_type
+HELLO = 1
+SUSPEND = 2
+SUSPENDED = 3
+CHECKPOINT = 4
+READY = 5
+RESUME = 6
+RESUMED = 7
+ELECT = 8
+ELECTED = 9
+PARK = 10
+PARKED_FD = 11
+PARKED = 12
+UNPARK_FD = 13
+UNPARK = 14
+UNPARKED = 15
+CKPT_REQUEST = 16
+CKPT_REQUESTED = 17
+DONE = 18
+
+DONE_FAILED = 1 << 32      # DONE's arg: | this when the generation failed
+RESUME_RESTORED = 1 << 32  # RESUME's arg: | this after a restart
+PARK_LEADER = 1 << 32      # PARKED_FD's arg: | this when the process leads the socket
+PARK_MAX = 16384           # the most sockets one PARK may name
+
+
+def pack(type_: int, arg: int = 0) -> bytes:
+    """A record from the agent; its pid and ppid stay 0 (the shim reads
+    neither)."""
+    return RECORD.pack(MAGIC, VERSION, type_, 0, 0, arg)
