@@ -9,6 +9,8 @@ import subprocess
 
 import pytest
 
+from dmtcp_py.fault_injection import hold_env
+from dmtcp_py.protocol.states import State
 from tests.e2e.harness import TIMEOUT, last_tick, ticks, tool, wait_for
 from tests.e2e.test_bad_input import free_port
 from tests.e2e.test_network import last
@@ -16,7 +18,7 @@ from tests.e2e.test_network import last
 
 def test_coordinator_killed_mid_checkpoint_the_program_goes_on_with_its_sockets(comp, programs):
     port = str(free_port())
-    hold = {**os.environ, "DMTCP_TEST_HOLD_DRAINED": "3"}  # agents linger with sockets parked
+    hold = {**os.environ, **hold_env(State.DRAINED, 3)}  # agents linger with sockets parked
     server, sout = comp.launch(*programs["net_stream"], "server", "127.0.0.1", port, "50", "10",
                                env=hold)
     wait_for(lambda: sout.exists() and "listening" in sout.read_text(), what="the server")
@@ -192,7 +194,7 @@ def test_agents_rejoin_a_coordinator_started_again_on_the_same_port(comp, progra
 
 
 def test_an_agent_killed_mid_checkpoint_no_process_stays_stopped(comp, programs):
-    hold = {**os.environ, "DMTCP_TEST_HOLD_DRAINED": "3"}
+    hold = {**os.environ, **hold_env(State.DRAINED, 3)}
     victim, vout = comp.launch(*programs["counter_single"], "100000", "10", env=hold)
     other, oout = comp.launch(*programs["counter_single"], "100000", "10", env=hold)
     comp.wait_peers(2)

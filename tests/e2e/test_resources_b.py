@@ -8,7 +8,10 @@ the test checks that it is checkpointed while running, killed, restarted
 from the script, checkpointed and killed again, restarted again, and then
 runs to its end with its ticks consecutive.  A killed program cannot clean
 up, so its named objects carry a name unique to the test run and the test
-removes whatever is left of them."""
+removes whatever is left of them.  System V objects live in the tree's own
+IPC namespace (dmtcp_tree_init unshares one; CRIU restores it): they are
+looked up there, never in the host's, and go with the namespace when its
+last process (and the test's hold on it) is gone."""
 from __future__ import annotations
 
 import os
@@ -16,6 +19,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.e2e.harness import TIMEOUT, last_tick, ticks, wait_for
@@ -44,9 +48,6 @@ def _running(proc, out: Path, at_least: int) -> None:
     wait_for(ready, what=f"tick {at_least} in {out.name}")
 
 
-_SYSV = {"shm": "-m", "sem": "-s", "msg": "-q"}  # /proc/sysvipc/<kind>, ipcrm option
-
-
 def _sysv_ids(out: Path) -> list[tuple[str, str]]:
     """(kind, id) of the objects a resb_sysv run announced ("ipc shm ID sem ID msg ID")."""
     for line in out.read_text().splitlines():
@@ -56,25 +57,56 @@ def _sysv_ids(out: Path) -> list[tuple[str, str]]:
     return []
 
 
-def _sysv_alive(kind: str, ident: str) -> bool:
-    rows = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]
-    return any(row.split()[1] == ident for row in rows)
+def _hold_ipc_namespace(proc) -> int:
+    """An fd on the IPC namespace of the program under `proc` (a launch or
+    a restart), taken while it runs: it keeps the namespace, and whatever
+    is left in it, until closed, so that it can be looked at after the
+    program ended.  Asserts that it is the tree's own, not the host's."""
+    [pid, *_] = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)
+                 if c.name() == "resb_sysv"]
+    fd = os.open(f"/proc/{pid}/ns/ipc", os.O_RDONLY | os.O_CLOEXEC)
+    if os.fstat(fd).st_ino == os.stat("/proc/self/ns/ipc").st_ino:
+        os.close(fd)
+        raise AssertionError("the tree has no IPC namespace of its own")
+    return fd
 
 
-def _leftovers(tag: str, data: Path, sysv: list[tuple[str, str]]) -> list[str]:
-    """What a run left behind: /dev/shm entries, files in data, SysV objects."""
+def _sysv_alive(ns_fd: int, kind: str, ident: str) -> bool:
+    """Whether object `ident` of `kind` is in the IPC namespace open on
+    ns_fd.  /proc/sysvipc shows the namespace of its reader: read inside."""
+    rows = subprocess.run(["nsenter", f"--ipc=/proc/self/fd/{ns_fd}", "cat",
+                           f"/proc/sysvipc/{kind}"], pass_fds=(ns_fd,), check=True,
+                          capture_output=True, text=True, timeout=TIMEOUT).stdout
+    return any(row.split()[1] == ident for row in rows.splitlines()[1:])
+
+
+def _in_namespace(ns_fd: int) -> list[int]:
+    """Pids of the processes that live in the IPC namespace open on ns_fd."""
+    ino, pids = os.fstat(ns_fd).st_ino, []
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and (p / "ns/ipc").stat().st_ino == ino:
+                pids.append(int(p.name))
+        except OSError:
+            continue  # gone, or a zombie
+    return pids
+
+
+def _leftovers(tag: str, data: Path, sysv: list[tuple[str, str]] = (),
+               ns_fd: int | None = None) -> list[str]:
+    """What a run left behind: /dev/shm entries, files in data, and the
+    SysV objects `sysv` still in the IPC namespace open on ns_fd."""
     found = [str(p) for p in Path("/dev/shm").glob(f"*{tag}*")]
     found += [str(p) for p in data.iterdir()]
-    found += [f"{kind} {ident}" for kind, ident in sysv if _sysv_alive(kind, ident)]
+    if ns_fd is not None:
+        found += [f"{kind} {ident}" for kind, ident in sysv if _sysv_alive(ns_fd, kind, ident)]
     return found
 
 
 def _remove(found: list[str]) -> None:
+    """Files only: SysV objects go with their IPC namespace."""
     for item in found:
-        kind, _, ident = item.partition(" ")
-        if kind in _SYSV:
-            subprocess.run(["ipcrm", _SYSV[kind], ident], check=False, capture_output=True)
-        elif os.path.isdir(item):
+        if os.path.isdir(item):
             shutil.rmtree(item, ignore_errors=True)
         else:
             Path(item).unlink(missing_ok=True)
@@ -98,7 +130,7 @@ def test_two_cycles_then_runs_to_the_end(comp, programs, program, tmp_path):
     data.mkdir()
     name = str(data) if program == "resb_file" else tag
     peers = PROCESSES[program]
-    first_out = None
+    first_out, ns_fd = None, None
     try:
         proc, out = comp.launch(*programs[program], str(TICKS), str(INTERVAL_MS), name)
         first_out = out
@@ -111,10 +143,17 @@ def test_two_cycles_then_runs_to_the_end(comp, programs, program, tmp_path):
             _running(proc, out, before + 3)
             comp.wait_peers(peers)
             assert_continues(out, before, killed, program, finished=False)
+        sysv = _sysv_ids(first_out)
+        if sysv:  # the restored program's objects, where they live: it uses them
+            ns_fd = _hold_ipc_namespace(proc)
+            assert _leftovers(tag, data, sysv, ns_fd) == [f"{k} {i}" for k, i in sysv]
         assert proc.wait(timeout=TIMEOUT) == 0, proc.err_path.read_text()
         assert_continues(out, before, killed, program)
         assert ticks(out)[-1] == ["done", str(TICKS)]
-        assert _leftovers(tag, data, _sysv_ids(first_out)) == [], "not cleaned up at exit"
+        assert _leftovers(tag, data, sysv, ns_fd) == [], "not cleaned up at exit"
+        if ns_fd is not None:  # our fd is the namespace's last hold: it goes when closed
+            assert _in_namespace(ns_fd) == [], "processes left in the tree's IPC namespace"
     finally:
-        if first_out is not None:
-            _remove(_leftovers(tag, data, _sysv_ids(first_out)))
+        if ns_fd is not None:
+            os.close(ns_fd)
+        _remove(_leftovers(tag, data))

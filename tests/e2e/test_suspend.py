@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import psutil
 
+from dmtcp_py.fault_injection import hold_env
+from dmtcp_py.protocol.states import State
 from tests.e2e.harness import TIMEOUT, last_tick, tool, wait_for
 
 FUTEX = "202"  # x86_64 syscall number, first field of /proc/<pid>/task/<tid>/syscall
+HOLD = 6        # seconds the agent lingers in SUSPENDED
+INTERVAL = 1.0  # the program ticks every 10 ms: ~100 ticks in this time
 
 
 def program_threads(pid: int) -> dict[int, tuple[str, str]]:
@@ -27,7 +32,7 @@ def program_threads(pid: int) -> dict[int, tuple[str, str]]:
 
 
 def test_threads_stop_at_suspended_and_run_again(comp, programs):
-    env = {**os.environ, "DMTCP_TEST_HOLD_SUSPENDED": "4"}
+    env = {**os.environ, **hold_env(State.SUSPENDED, HOLD)}
     proc, out = comp.launch(*programs["busy_threads"], "100000", "10", env=env)
     comp.wait_peers(1)
     wait_for(lambda: last_tick(out) >= 5, what="the program")
@@ -35,14 +40,23 @@ def test_threads_stop_at_suspended_and_run_again(comp, programs):
              if c.name() == "busy_threads"]
     busy = lambda: [c for n, c in program_threads(pid).values() if n != "dmtcp_ckpt"]  # noqa: E731
     assert len(busy()) == 4 and "running" in busy()
+    # the measure can see movement: running, the ticks advance over INTERVAL
+    before = last_tick(out)
+    time.sleep(INTERVAL)
+    assert last_tick(out) > before + 10
     ckpt = subprocess.Popen([tool("dmtcp-command"), "-p", str(comp.port), "-bc"],
                             stdout=subprocess.PIPE, text=True)
     wait_for(lambda: comp.status()["state"] == "SUSPENDED", what="the SUSPENDED barrier")
     wait_for(lambda: all(call == FUTEX for call in busy()), timeout=3,
              what="every program thread to be stopped in the shim")
+    # held in SUSPENDED (HOLD seconds): over a real interval, no tick
     stopped_at = last_tick(out)
+    time.sleep(INTERVAL)
     assert last_tick(out) == stopped_at
+    # ...and the whole interval was in SUSPENDED: still held, still stopped
+    assert ckpt.poll() is None and comp.status()["state"] == "SUSPENDED"
+    assert all(call == FUTEX for call in busy())
     assert "done" in ckpt.communicate(timeout=TIMEOUT)[0]
     wait_for(lambda: "running" in busy(), what="the threads to run again")
-    wait_for(lambda: last_tick(out) > stopped_at + 3, what="ticks after the checkpoint")
+    wait_for(lambda: last_tick(out) > stopped_at + 10, what="ticks after the checkpoint")
     comp.kill_and_wait(proc)

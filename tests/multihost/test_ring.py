@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from dmtcp_py.fault_injection import hold_env
+from dmtcp_py.protocol.states import State
 from tests.conftest import kill_descendants, need_root
 from tests.e2e.harness import TIMEOUT, ticks, wait_for
 from tests.multihost.netns import TestNetwork
@@ -228,7 +230,7 @@ def test_a_host_killed_mid_checkpoint_the_others_go_on_and_all_restart_elsewhere
     from tests.multihost import netns
     h = ring.net.hosts
     members_hosts = h[1:4]
-    ring.env["DMTCP_TEST_HOLD_DRAINED"] = "3"  # agents linger in DRAINED
+    ring.env.update(hold_env(State.DRAINED, 3))  # agents linger in DRAINED
     members = start_ring(ring, members_hosts)
     ring.command("-bc")  # generation 1, the good one
     before = [last(p) for p in members]
