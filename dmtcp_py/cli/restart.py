@@ -24,7 +24,7 @@ from dmtcp_py.cli.common import (
 )
 from dmtcp_py.client import resolve_token
 from dmtcp_py.errors import UserError
-from dmtcp_py.images import integrity, manifest
+from dmtcp_py.images import integrity, manifest, shared_files
 
 
 @click.command(context_settings=CONTEXT)
@@ -36,9 +36,13 @@ from dmtcp_py.images import integrity, manifest
 @gzip_option
 @click.option("--any-owner", is_flag=True,
               help="Restart images that another user owns (refused otherwise).")
+@click.option("--allow-changed-files", is_flag=True,
+              help="Restart even if a file the program maps read-only changed since the "
+              "checkpoint (refused otherwise); the agent's log names each such file.")
 @click.version_option(__version__, "--version")
 @click.argument("images", nargs=-1, required=True, metavar="IMAGE...")
-def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, any_owner, images):
+def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, any_owner,
+        allow_changed_files, images):
     """Restart the trees in the ckpt_*.dmtcp IMAGEs of one computation."""
     loaded = [(Path(i).resolve(), manifest.load(Path(i))) for i in images]
     comps = {m.comp_id for _, m in loaded}
@@ -57,6 +61,8 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, any_owner,
         if not any_owner:
             _check_owner(image)
         integrity.verify(image, m.sha256)  # every byte as published, before anything starts
+    if not allow_changed_files:
+        _check_read_only_files([e for _, m in loaded for e in m.shared_files])
     port = ensure_coordinator(coord_host, coord_port, join=join, new=new_coordinator)
     token = resolve_token(port)
 
@@ -101,6 +107,21 @@ def _check_owner(image: Path) -> None:
                 name = f"uid {owner}"
             raise UserError(f"{path} belongs to {name}, not to us: not restarting it "
                             "(--any-owner to restart it anyway)")
+
+
+def _check_read_only_files(entries: list[dict]) -> None:
+    """Files the program maps but only reads are not in the image: a changed
+    one would show the restored program other bytes than it had (or make
+    CRIU fail on its size), so it is refused, naming the file."""
+    try:
+        problems = shared_files.changed_files(entries)
+    except (KeyError, TypeError, AttributeError):
+        raise UserError("an image's manifest is corrupt: bad shared_files entry") from None
+    if problems:
+        shown = "; ".join(problems[:3])
+        more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+        raise UserError(f"{shown}{more}: the restored program maps it and would "
+                        "see other bytes; --allow-changed-files to restart anyway")
 
 
 def _agent(cfg: AgentConfig) -> int:

@@ -14,33 +14,17 @@ there is left alone (images.written_files cuts it back if it grew).
 """
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import stat
 from pathlib import Path
 
 from dmtcp_py import procfs
-from dmtcp_py.images import shared_files
+from dmtcp_py.images import scratch, shared_files
 
 log = logging.getLogger("images.temp")
 
-# where scratch files live; anything on a tmpfs counts too
-TEMP_ROOTS = ("/tmp", "/var/tmp", "/dev/shm", "/run")
 MAX_FILE = 256 << 20  # larger scratch files are not copied (the log says so)
-_TMPFS = 0x01021994
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _is_temporary(path: str) -> bool:
-    if any(path == root or path.startswith(root + "/") for root in TEMP_ROOTS):
-        return True
-    buf = ctypes.create_string_buffer(128)  # struct statfs; f_type comes first
-    if _libc.statfs(os.path.dirname(path).encode(), buf) != 0:
-        return False
-    return int.from_bytes(buf.raw[:8], "little") == _TMPFS
-
-
 def _tree_fds(pids: list[int]):
     """(path, st) of every fd of pids, through /proc."""
     for pid, fd in procfs.fds(pids):
@@ -72,7 +56,7 @@ def _dir_chain(path: str) -> list[str]:
     parent, outermost first."""
     chain = []
     parent = os.path.dirname(path)
-    while parent not in ("/", "") and parent not in TEMP_ROOTS:
+    while parent not in ("/", "") and parent not in scratch.ROOTS:
         chain.append(parent)
         parent = os.path.dirname(parent)
     return chain[::-1]
@@ -87,13 +71,13 @@ def save(pids: list[int], image_dir: Path, skip: set[str]) -> dict:
     for target, st in _tree_fds(pids):
         if target.startswith("socket:["):
             sockets.add(st.st_ino)
-        elif stat.S_ISFIFO(st.st_mode) and target.startswith("/") and _is_temporary(target):
+        elif stat.S_ISFIFO(st.st_mode) and target.startswith("/") and scratch.is_scratch(target):
             fifos[target] = {"path": target, "mode": st.st_mode & 0o7777, "uid": st.st_uid,
                              "gid": st.st_gid}
         elif stat.S_ISREG(st.st_mode) and target.startswith("/") and target not in skip \
-                and not target.endswith(" (deleted)") and _is_temporary(target):
+                and not target.endswith(" (deleted)") and scratch.is_scratch(target):
             files[target] = st
-    paths = set(files) | set(fifos) | {p for p in _unix_socket_paths(sockets) if _is_temporary(p)}
+    paths = set(files) | set(fifos) | {p for p in _unix_socket_paths(sockets) if scratch.is_scratch(p)}
     dirs: dict[str, dict] = {}
     for path in sorted(paths):
         for d in _dir_chain(path):
