@@ -1,7 +1,6 @@
 """A blocking client of the coordinator, for dmtcp-command and friends."""
 from __future__ import annotations
 
-import collections
 import os
 import socket
 from collections.abc import Callable
@@ -33,7 +32,6 @@ class CoordinatorClient:
                 f"no coordinator at {host}:{port} ({exc.strerror or exc})") from None
         self.sock.settimeout(10.0)  # a coordinator answers hello at once
         self._reader = messages.Reader()
-        self._pending: collections.deque[Message] = collections.deque()
         welcome = self.request(Hello(role=Role.CLIENT, token=resolve_token(port)))
         self.sock.settimeout(timeout)
         if isinstance(welcome, Refused):
@@ -53,12 +51,12 @@ class CoordinatorClient:
 
     def _next(self) -> Message:
         try:
-            while not self._pending:
+            while (message := self._reader.pop()) is None:
                 data = self.sock.recv(65536)
                 if not data:
                     raise CoordinatorUnreachable(
                         f"coordinator at {self.host}:{self.port} closed the connection")
-                self._pending.extend(self._reader.feed(data))
+                self._reader.push(data)
         except socket.timeout:
             raise CoordinatorUnreachable(
                 f"coordinator at {self.host}:{self.port} did not answer") from None
@@ -68,7 +66,7 @@ class CoordinatorClient:
         except OSError as exc:
             raise CoordinatorUnreachable(
                 f"lost the coordinator at {self.host}:{self.port}: {exc}") from None
-        return self._pending.popleft()
+        return message
 
     def _reply(self, message: Message) -> Reply:
         if not isinstance(message, Reply):

@@ -23,8 +23,7 @@ class CoordinatorLink:
         self.host, self.port = host, port
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
-        self._decoder = messages.Reader()
-        self._pending: list[messages.Message] = []
+        self._messages = messages.Reader()
 
     @property
     def where(self) -> str:
@@ -36,8 +35,7 @@ class CoordinatorLink:
             self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
         except OSError as exc:
             raise UserError(f"no coordinator at {self.where} ({exc.strerror or exc})") from None
-        self._decoder = messages.Reader()
-        self._pending = []
+        self._messages = messages.Reader()
         self.send(hello)
         try:
             reply = await asyncio.wait_for(self.receive(), JOIN_TIMEOUT)
@@ -68,12 +66,12 @@ class CoordinatorLink:
         """The next message; None once the coordinator closed the link.
         FrameError or MessageError: the peer is not a coordinator of ours."""
         assert self._reader is not None
-        while not self._pending:
+        while (message := self._messages.pop()) is None:
             data = await self._reader.read(65536)
             if not data:
                 return None
-            self._pending.extend(self._decoder.feed(data))
-        return self._pending.pop(0)
+            self._messages.push(data)
+        return message
 
     async def __aiter__(self) -> AsyncIterator[messages.Message]:
         """Messages until the link ends (closed, broken or garbled)."""

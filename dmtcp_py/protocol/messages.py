@@ -13,6 +13,7 @@ more); a wrong type or range of a named field is refused.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 import math
@@ -478,6 +479,16 @@ class Reader:
 
     def __init__(self) -> None:
         self._decoder = codec.Decoder()
+        self._queue: collections.deque[Message] = collections.deque()
 
     def feed(self, data: bytes) -> list[Message]:
+        """The messages completed by data (for a peer driven by callbacks)."""
         return [decode(raw) for raw in self._decoder.feed(data)]
+
+    def push(self, data: bytes) -> None:
+        """Queue the messages completed by data (for a peer that reads)."""
+        self._queue.extend(self.feed(data))
+
+    def pop(self) -> Message | None:
+        """The oldest queued message; None: read more and push it."""
+        return self._queue.popleft() if self._queue else None
