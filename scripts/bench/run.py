@@ -14,12 +14,16 @@ baseline measured in the same run, median and spread over several runs.
                            (bench_overhead)
   compression              image size and times with --gzip against
                            --no-gzip (bench_compress)
+  many trees               checkpoint and restart of 1..64 separately
+                           launched one-process trees against raw CRIU on
+                           the same kind of trees, and the cost per extra
+                           tree against raw CRIU's (bench_trees)
 
 The table goes to stdout and to BENCHMARKS.md (--out), progress to stderr.
 It never runs in `make test`; it gives up by itself after --budget seconds.
 Everything is made under /var/tmp/dmtcp-bench-<pid>-<random> and removed
 at the end, also on failure or Ctrl-C; only processes started here are
-killed, by pid.  Coordinators use ports 7950-7999.
+killed, by pid.  Coordinators use ports 7950-7999 (bench_trees: 7960-7979).
 
     .venv/bin/python scripts/bench/run.py [--runs 3] [--out BENCHMARKS.md]
 """
@@ -40,6 +44,7 @@ import bench_checkpoint as bc
 import bench_compress
 import bench_overhead
 import bench_stop
+import bench_trees
 from bench_checkpoint import progress
 from report import Row, Target, markdown
 
@@ -136,7 +141,14 @@ def compression(ws: bc.Workspace, runs: int) -> list[Row]:
                                COMPRESS_MIB)
 
 
-SECTIONS = {"sizes": sizes, "trees": trees, "overhead": overhead, "compression": compression}
+def many_trees(ws: Workspace, runs: int) -> list[Row]:
+    """N separately launched trees (issue 20): "trees" above is one tree
+    of many processes."""
+    return bench_trees.rows(bench_trees.measure_all(ws, list(bench_trees.SIZES), runs))
+
+
+SECTIONS = {"sizes": sizes, "trees": trees, "overhead": overhead, "compression": compression,
+            "many-trees": many_trees}
 
 
 # ---- the report -----------------------------------------------------------------------
@@ -171,6 +183,10 @@ def document(table: str, args: argparse.Namespace, seconds: float) -> str:
         "image file checked) until the program runs under control again. \"Program stopped\" is",
         "the largest gap the program itself saw between two 1 ms ticks during the checkpoint.",
         "Run-time workloads time only their own loop, natively and under `dmtcp-launch --join`.",
+        "Many trees: N idle Python programs, each launched as its own tree, against the same",
+        "programs started plainly; restart runs the generated `dmtcp_restart_script.sh` after every",
+        "tree was killed; raw CRIU dumps and restores the N trees one after another and all at",
+        "once, the faster is the baseline; the cost per extra tree is the least-squares slope over N.",
         "",
         table,
         "",

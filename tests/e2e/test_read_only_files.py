@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dmtcp_py.images import shared_files
+from dmtcp_py.images import scratch
 from dmtcp_py.paths import run_dir
 from tests.e2e.harness import TIMEOUT, last_tick, ticks, tool, wait_for
 from tests.e2e.test_cycle import assert_continues, checkpoint_and_kill
@@ -32,11 +32,9 @@ PAGE = 4096
 @pytest.fixture
 def data_dir():
     """A private directory on a disk, in no temporary place; removed after."""
-    tmpfs = shared_files._tmpfs_devices()
     for base in ("/var/lib", "/srv", "/opt", str(Path.home())):
         if os.path.isdir(base) and os.access(base, os.W_OK) \
-                and not shared_files.is_scratch(base + "/x", tmpfs) \
-                and os.stat(base).st_dev not in tmpfs:
+                and not scratch.is_scratch(base + "/x"):
             path = Path(tempfile.mkdtemp(prefix="dmtcp-test-ro-", dir=base))
             break
     else:
