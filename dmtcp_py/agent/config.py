@@ -20,4 +20,3 @@ class AgentConfig:
     image: Path | None = None           # restart
     manifest: Manifest | None = None
     compress: bool = False              # memory pages in zstd (images.compress)
-    allow_changed_files: bool = False   # restart: files only read may have changed

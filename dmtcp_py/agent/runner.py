@@ -39,7 +39,7 @@ CHECKPOINT_MODULES = ("pycriu", "pyroute2")
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
-def _import_checkpoint_modules() -> None:
+def import_checkpoint_modules() -> None:
     for name in CHECKPOINT_MODULES:
         importlib.import_module(name)
 
@@ -94,7 +94,7 @@ class Agent:
         # following the coordinator already while restoring: connections
         # find their peers through its names
         self._follower = asyncio.create_task(self._follow())
-        loop.call_later(WARM_UP_AFTER, _import_checkpoint_modules)
+        loop.call_later(WARM_UP_AFTER, import_checkpoint_modules)
         if self.cfg.manifest is None:
             start.launch(self.cfg, self.tree, self.shims.address)
         else:

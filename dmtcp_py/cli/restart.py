@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import pwd
 import sys
@@ -11,7 +12,8 @@ import click
 
 from dmtcp_py import __version__, logs
 from dmtcp_py.agent import stdio
-from dmtcp_py.agent.runner import Agent, AgentConfig
+from dmtcp_py.agent.config import AgentConfig
+from dmtcp_py.agent.runner import Agent, import_checkpoint_modules
 from dmtcp_py.cli.common import (
     CONTEXT,
     coord_host_option,
@@ -74,7 +76,12 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, any_owner,
 
     if len(loaded) == 1:
         return _agent(config(*loaded[0]))
-    # one agent process per tree, each the parent of its own restored tree
+    # one agent process per tree, each the parent of its own restored tree.
+    # What every agent needs is imported once, here, before they fork: each
+    # importing CRIU's bindings and pyroute2 by itself cost ~150 ms of CPU
+    # per tree, most of a many-tree restart on a small host.
+    import_checkpoint_modules()
+    gc.freeze()
     children = []
     for image, m in loaded:
         pid = os.fork()
