@@ -59,10 +59,11 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, any_owner,
     trees = {m.tree_id for _, m in loaded}
     if len(trees) < len(loaded):
         raise UserError("the same tree is given twice")
-    for image, m in loaded:
-        if not any_owner:
+    if not any_owner:
+        for image, _ in loaded:
             _check_owner(image)
-        integrity.verify(image, m.sha256)  # every byte as published, before anything starts
+    # every byte as published, before anything starts
+    integrity.verify_all([(image, m.sha256) for image, m in loaded])
     if not allow_changed_files:
         _check_read_only_files([e for _, m in loaded for e in m.shared_files])
     port = ensure_coordinator(coord_host, coord_port, join=join, new=new_coordinator)

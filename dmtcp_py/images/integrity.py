@@ -41,12 +41,20 @@ def digests(directory: Path) -> dict[str, str]:
 def verify(directory: Path, expected: dict[str, str]) -> None:
     """ImageError naming the first file whose content is not what was
     published (an image without digests, from an older version, passes)."""
-    names = sorted(expected)
+    verify_all([(directory, expected)])
+
+
+def verify_all(images: list[tuple[Path, dict[str, str]]]) -> None:
+    """verify() for several images, their files hashed by one pool: a
+    restart of many small trees is not one image after another."""
+    files = [(directory, name, digest) for directory, expected in images
+             for name, digest in sorted(expected.items())]
     try:
-        actual = _parallel([directory / n for n in names])
+        actual = _parallel([directory / name for directory, name, _ in files])
     except OSError as exc:
-        raise ImageError(f"image {directory}: cannot read {exc.filename}: {exc.strerror}") from None
-    for name, got in zip(names, actual):
-        if got != expected[name]:
+        where = next((d for d, n, _ in files if str(d / n) == exc.filename), exc.filename)
+        raise ImageError(f"image {where}: cannot read {exc.filename}: {exc.strerror}") from None
+    for (directory, name, digest), got in zip(files, actual):
+        if got != digest:
             raise ImageError(f"image {directory} is damaged: {name} does not match its "
                              "checksum (sha256); nothing was restarted")
