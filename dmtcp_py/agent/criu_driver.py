@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import struct
 import subprocess
 from pathlib import Path
 from types import ModuleType
@@ -132,60 +133,128 @@ _OPEN_TIME_ONLY = (os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_TRUNC | os.O_NO
                    | getattr(os, "O_TMPFILE", 0))
 
 
-def _unpin_external_file(entry: dict) -> bool:
+def _unpin_external_file(entry) -> bool:
     """A file declared external at dump is the tree's stdio, handed over at
     restore from the restarting command (inherit_fd): a different file by
     design.  CRIU's check that it still has its dump-time size could only
     refuse a good restore, and its dump-time offset would leave a hole in
     the new output file: output continues in append mode at the end, input
     keeps its offset."""
-    reg = entry.get("reg")
-    if not (reg and reg.get("ext")):
+    if not (entry.HasField("reg") and entry.reg.ext):
         return False
-    reg.pop("size", None)
+    reg = entry.reg
+    reg.ClearField("size")
     # CRIU reopens the handed-over fd through /proc/self/fd with these
     # flags: open-time-only ones (say Python's tempfile's O_NOFOLLOW and
     # O_EXCL) would fail on the magic link or truncate the new file
-    flags = reg.get("flags", 0) & ~_OPEN_TIME_ONLY
+    flags = reg.flags & ~_OPEN_TIME_ONLY
     if flags & os.O_ACCMODE != os.O_RDONLY:
         flags |= os.O_APPEND
-        reg["pos"] = 0
-    reg["flags"] = flags
+        reg.pos = 0
+    reg.flags = flags
     return True
 
 
-def _rearm_fired_timerfd(entry: dict) -> bool:
+def _rearm_fired_timerfd(entry) -> bool:
     """A periodic timerfd that fired while the program was stopped (nobody
     read it) reports 0 time left; CRIU 4.2.1 restores it with
     timerfd_settime(0, interval), which disarms it for good (seen here:
     the restored program never got another expiry).  1 ns left re-arms it;
     the unread expiry count is restored separately (ticks)."""
-    tfd = entry.get("tfd")
-    if not tfd or not (tfd.get("isec") or tfd.get("insec")):
+    if not entry.HasField("tfd"):
         return False
-    if tfd.get("vsec") or tfd.get("vnsec"):
+    tfd = entry.tfd
+    if not (tfd.isec or tfd.insec) or tfd.vsec or tfd.vnsec:
         return False
-    tfd["vnsec"] = 1
+    tfd.vnsec = 1
     return True
 
 
+# each takes a file_entry message, changes it in place, says if it applied
 _FIXES = (_unpin_external_file, _rearm_fired_timerfd)
+_INT = struct.Struct("i")  # magic numbers, each entry's length (native, as pycriu reads them)
+
+
+def _read_image(path: Path, magic_name: str, message) -> tuple[bytes, list]:
+    """(its head: the magic numbers, the entries as protobuf messages) of a
+    CRIU image whose entries carry no extra data.  Not pycriu.images.load:
+    it makes a dict of every field of every entry, most of the ~2 ms a
+    small tree's files.img took at each dump, while the program waits."""
+    magic = _pycriu().images.magic
+    data = path.read_bytes()
+    if len(data) < 4:
+        raise CriuError(f"{path} is not a CRIU {magic_name} image")
+    (value,), at = _INT.unpack_from(data), 4
+    if value in (magic.by_name["IMG_COMMON"], magic.by_name["IMG_SERVICE"]) and len(data) >= 8:
+        (value,), at = _INT.unpack_from(data, 4), 8
+    if value != magic.by_name[magic_name]:
+        raise CriuError(f"{path} is not a CRIU {magic_name} image")
+    head, entries = data[:at], []
+    while at < len(data):
+        (size,) = _INT.unpack_from(data, at)
+        at += _INT.size
+        if size < 0 or at + size > len(data):
+            raise CriuError(f"{path} is cut short")
+        entry = message()
+        entry.ParseFromString(data[at:at + size])
+        entries.append(entry)
+        at += size
+    return head, entries
+
+
+class FilesImage:
+    """CRIU's files.img of one dump, read once for both things done with it
+    after the dump: its fixes (fix) and the names of the files CRIU reopens
+    through link remaps (link_remaps)."""
+
+    def __init__(self, images_dir: Path) -> None:
+        self.images_dir = images_dir
+        self.path = images_dir / "files.img"
+        self.head, self.entries = _read_image(self.path, "FILES",
+                                              _pycriu().images.pb.file_entry)
+
+    def fix(self) -> int:
+        """Correct the image after a dump, each fix for one problem (above).
+        It is written again only if an entry changed.  Returns the number of
+        entries changed."""
+        changed = 0
+        for entry in self.entries:
+            before = entry.SerializeToString()
+            if any([fix(entry) for fix in _FIXES]) and entry.SerializeToString() != before:
+                changed += 1
+        if changed:
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            with open(tmp, "wb") as f:
+                f.write(self.head)
+                for entry in self.entries:
+                    payload = entry.SerializeToString()
+                    f.write(_INT.pack(len(payload)))
+                    f.write(payload)
+            os.replace(tmp, self.path)
+        return changed
+
+    def link_remaps(self) -> list[tuple[str, str]]:
+        """(link CRIU reopens through, the removed name it stands for) of
+        each file the dump saw mapped through a removed name.  A dump that
+        leaves the tree running removes those links again; a restart needs
+        them."""
+        images = _pycriu().images
+        try:
+            _, remaps = _read_image(self.images_dir / "remap-fpath.img", "REMAP_FPATH",
+                                    images.pb.remap_file_path_entry)
+        except FileNotFoundError:
+            return []
+        linked = images.pb.remap_file_path_entry.DESCRIPTOR.fields_by_name[
+            "remap_type"].enum_type.values_by_name["LINKED"].number
+        names = {e.id: e.reg.name for e in self.entries if e.HasField("reg")}
+        return [(names[r.remap_id], names[r.orig_id]) for r in remaps
+                if (not r.HasField("remap_type") or r.remap_type == linked)
+                and r.remap_id in names and r.orig_id in names]
 
 
 def fix_files_image(images_dir: Path) -> int:
-    """Correct files.img after a dump, each fix for one problem (above).
-    Returns the number of entries changed."""
-    pycriu = _pycriu()
-    path = images_dir / "files.img"
-    with open(path, "rb") as f:
-        img = pycriu.images.load(f)
-    changed = sum(any([fix(entry) for fix in _FIXES]) for entry in img["entries"])
-    if changed:
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            pycriu.images.dump(img, f)
-        os.replace(tmp, path)
-    return changed
+    """FilesImage(images_dir).fix(), for one who needs nothing else of it."""
+    return FilesImage(images_dir).fix()
 
 
 def restore(images_dir: Path, log_path: Path, *, inherit: list[tuple[int, str]],
@@ -242,17 +311,6 @@ def _ask_version(path: str) -> str:
 
 
 def link_remaps(images_dir: Path) -> list[tuple[str, str]]:
-    """(link CRIU reopens through, the removed name it stands for) of each
-    file the dump saw mapped through a removed name.  A dump that leaves
-    the tree running removes those links again; a restart needs them."""
-    pycriu = _pycriu()
-    try:
-        with open(images_dir / "remap-fpath.img", "rb") as f:
-            remaps = pycriu.images.load(f)["entries"]
-    except FileNotFoundError:
-        return []
-    with open(images_dir / "files.img", "rb") as f:
-        names = {e["id"]: e["reg"]["name"] for e in pycriu.images.load(f)["entries"] if "reg" in e}
-    return [(names[r["remap_id"]], names[r["orig_id"]]) for r in remaps
-            if r.get("remap_type", "LINKED") == "LINKED"
-            and r["remap_id"] in names and r["orig_id"] in names]
+    """FilesImage(images_dir).link_remaps(), for one who needs nothing else
+    of files.img."""
+    return FilesImage(images_dir).link_remaps()

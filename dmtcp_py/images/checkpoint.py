@@ -71,16 +71,22 @@ class Checkpoint:
         program's threads are still stopped: the mapped files are as the
         dumped memory sees them."""
         pids, partial = facts.pids, self.partial
-        shared = shared_files.save(shared_files.mapped_files(pids), partial)
+        # /proc once: each process's maps and fds, for all that follows
+        view = shared_files.TreeView.read(pids)
+        shared = shared_files.save(shared_files.mapped_files(view), partial)
         handed_over = {d["path"] for d in facts.stdio.values()}
         kept = handed_over | {s["path"] for s in shared}
-        temp = temp_files.save(pids, partial, kept)
-        written = written_files.collect(pids, kept)
+        temp = temp_files.save(view, partial, kept)
+        written = written_files.collect(view, kept)
         self.steps["files"] = time.monotonic()
-        criu_driver.fix_files_image(partial)
-        aliases = shared_files.deleted_aliases(pids)
-        remaps = [{"remap": remap, "live": aliases[orig]}
-                  for remap, orig in criu_driver.link_remaps(partial) if orig in aliases]
+        files_img = criu_driver.FilesImage(partial)  # read once, for both
+        files_img.fix()
+        remaps = []
+        link_remaps = files_img.link_remaps()
+        if link_remaps:
+            aliases = shared_files.deleted_aliases(view)
+            remaps = [{"remap": remap, "live": aliases[orig]}
+                      for remap, orig in link_remaps if orig in aliases]
         self.manifest = Manifest(
             comp_id=facts.comp_id, tree_id=facts.tree_id, program=facts.program,
             argv=facts.argv, host=facts.host, generation=self.generation, time=time.time(),

@@ -46,6 +46,7 @@ log = logging.getLogger("images.shared")
 # same package installed there at another time) is not refused.
 DIGEST_MAX = 16 << 20
 CHUNK = 1 << 20
+DELETED = " (deleted)"  # what /proc adds to the name of a removed file
 
 
 class Mapping(NamedTuple):
@@ -100,36 +101,117 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _mappings(pids: list[int]):
-    """Every shared file mapping of pids.  smaps, which has VmFlags, costs a
-    walk of the page tables (~5 ms per 500 MiB resident here), so it is read
-    only for a process with a shared mapping that maps cannot settle."""
-    for pid in pids:
-        text = _read(f"/proc/{pid}/maps")
-        if text is None:
-            continue
-        found = parse_maps(text)
-        if any(not m.may_write for m in found):
-            detailed = _read(f"/proc/{pid}/smaps")
-            if detailed is not None:
-                found = parse_maps(detailed)
-        yield from found
+def _smaps_headers(text: str) -> str:
+    """Of the text of /proc/PID/smaps, each mapping's first line and its
+    VmFlags line: all that parse_maps reads of it.  A mapping has some 25
+    lines there and smaps ends each with VmFlags, so the text is cut at
+    those (in C) instead of gone through line by line, which cost as much
+    as reading smaps."""
+    chunks = text.split("\nVmFlags:")
+    if len(chunks) == 1:  # no VmFlags (not this kernel): all of it
+        return text
+    out = [_first_header(chunks[0])]
+    for chunk in chunks[1:]:
+        flags, _, rest = chunk.partition("\n")
+        out.append("VmFlags:" + flags)
+        out.append(_first_header(rest))
+    return "\n".join(out)
 
 
-def _open_for_writing(pids: list[int]) -> set[str]:
+def _first_header(text: str) -> str:
+    """The first line of text that is not a "Field: value" line."""
+    while text:
+        line, _, text = text.partition("\n")
+        fields = line.split(maxsplit=1)
+        if fields and not fields[0].endswith(":"):
+            return line
+    return ""
+
+
+def _pid_mappings(pid: int) -> list[Mapping]:
+    """The shared file mappings of one process.  smaps, which has VmFlags,
+    costs a walk of the page tables (~5 ms per 500 MiB resident here), so
+    it is read only for a process with a shared mapping that maps cannot
+    settle."""
+    text = _read(f"/proc/{pid}/maps")
+    if text is None:
+        return []
+    found = parse_maps(text)
+    if any(not m.may_write for m in found):
+        detailed = _read(f"/proc/{pid}/smaps")
+        if detailed is not None:
+            found = parse_maps(_smaps_headers(detailed))
+    return found
+
+
+class OpenFd(NamedTuple):
+    """One fd of a process, as /proc shows it; None where it could not be
+    read."""
+    pid: int
+    fd: str                       # as /proc names it
+    target: str | None            # readlink /proc/PID/fd/N ("socket:[5]", a path...)
+    st: os.stat_result | None     # stat through it (the file, not the link)
+    flags: int | None             # fdinfo's flags; read only for a target that is a path
+
+
+def _fdinfo_flags(pid: int, fd: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}") as info:
+            return next(int(line.split()[1], 8) for line in info if line.startswith("flags:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
+def _open_fd(pid: int, fd: str) -> OpenFd:
+    path = f"/proc/{pid}/fd/{fd}"
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = None
+    try:
+        st = os.stat(path)
+    except OSError:
+        st = None
+    # only an fd with a path can be a written file or the writer of a
+    # mapped one: sockets, pipes and anon inodes need no fdinfo
+    flags = _fdinfo_flags(pid, fd) if target is not None and target.startswith("/") else None
+    return OpenFd(pid, fd, target, st, flags)
+
+
+class TreeView:
+    """What save_files asks of the tree's processes, read from /proc once
+    per checkpoint while the program is stopped: each process's shared
+    file mappings (one pass over maps, smaps only where needed) and its
+    fds (readlink, stat, fdinfo once each).  mapped_files, deleted_aliases,
+    images.temp_files and images.written_files all take it, instead of
+    walking /proc again each.  Made of plain lists, so a test can build one."""
+
+    def __init__(self, mappings: list[Mapping], fds: list[OpenFd]) -> None:
+        self.mappings = mappings
+        self.fds = fds
+        self._live: dict[tuple, str | None] = {}
+
+    @classmethod
+    def read(cls, pids: Iterable[int]) -> TreeView:
+        pids = list(pids)
+        mappings = [m for pid in pids for m in _pid_mappings(pid)]
+        return cls(mappings, [_open_fd(pid, fd) for pid, fd in procfs.fds(pids)])
+
+    def live_name(self, m: Mapping) -> str | None:
+        """_live_name of a mapping through a removed name, asked once per
+        file (mapped_files and deleted_aliases both want it)."""
+        key = (m.path, m.dev, m.ino)
+        if key not in self._live:
+            self._live[key] = _live_name(m.path[:-len(DELETED)], m.dev, m.ino)
+        return self._live[key]
+
+
+def _open_for_writing(view: TreeView) -> set[str]:
     """Paths the tree holds open for writing: a file mapped read-only but
     written through an fd is the tree's to write too."""
-    out = set()
-    for pid, fd in procfs.fds(pids):
-        try:
-            with open(f"/proc/{pid}/fdinfo/{fd}") as info:
-                flags = next(int(line.split()[1], 8) for line in info
-                             if line.startswith("flags:"))
-            if flags & os.O_ACCMODE != os.O_RDONLY:
-                out.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
-        except (OSError, StopIteration, ValueError, IndexError):
-            continue
-    return out
+    return {f.target for f in view.fds
+            if f.flags is not None and f.target is not None
+            and f.flags & os.O_ACCMODE != os.O_RDONLY}
 
 
 def _live_name(deleted: str, dev: int, ino: int) -> str | None:
@@ -152,31 +234,28 @@ def _live_name(deleted: str, dev: int, ino: int) -> str | None:
     return None
 
 
-def deleted_aliases(pids: list[int]) -> dict[str, str]:
+def deleted_aliases(view: TreeView) -> dict[str, str]:
     """Removed name of a shared mapping -> a name the file still has."""
     out = {}
-    for m in _mappings(pids):
-        if m.path.endswith(" (deleted)"):
-            live = _live_name(m.path[:-len(" (deleted)")], m.dev, m.ino)
+    for m in view.mappings:
+        if m.path.endswith(DELETED):
+            live = view.live_name(m)
             if live is not None:
-                out[m.path[:-len(" (deleted)")]] = live
+                out[m.path[:-len(DELETED)]] = live
     return out
 
 
-def mapped_files(pids: list[int]) -> list[MappedFile]:
-    """Regular files mapped shared by any of pids (by a name they still
-    have, for one mapped through a removed name), and whether the tree
-    could write each: through a mapping that may be written, or an fd."""
-    writers = _open_for_writing(pids)
+def mapped_files(view: TreeView) -> list[MappedFile]:
+    """Regular files mapped shared by the tree's processes (by a name they
+    still have, for one mapped through a removed name), and whether the
+    tree could write each: through a mapping that may be written, or an
+    fd."""
+    writers = _open_for_writing(view)
     found: dict[str, bool] = {}
-    live_names: dict[tuple, str | None] = {}
-    for m in _mappings(pids):
+    for m in view.mappings:
         path = m.path
-        if path.endswith(" (deleted)"):
-            key = (path, m.dev, m.ino)
-            if key not in live_names:
-                live_names[key] = _live_name(path[:-len(" (deleted)")], m.dev, m.ino)
-            path = live_names[key]
+        if path.endswith(DELETED):
+            path = view.live_name(m)
             if path is None:
                 continue
         elif not path.startswith("/") or not os.path.isfile(path):

@@ -19,21 +19,18 @@ import os
 import stat
 from pathlib import Path
 
-from dmtcp_py import procfs
 from dmtcp_py.images import scratch, shared_files
 
 log = logging.getLogger("images.temp")
 
 MAX_FILE = 256 << 20  # larger scratch files are not copied (the log says so)
-def _tree_fds(pids: list[int]):
-    """(path, st) of every fd of pids, through /proc."""
-    for pid, fd in procfs.fds(pids):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            st = os.stat(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        yield target, st
+
+
+def _tree_fds(view: shared_files.TreeView):
+    """(path, st) of every fd of the tree that /proc could tell both of."""
+    for f in view.fds:
+        if f.target is not None and f.st is not None:
+            yield f.target, f.st
 
 
 def _unix_socket_paths(inodes: set[int]) -> set[str]:
@@ -62,13 +59,14 @@ def _dir_chain(path: str) -> list[str]:
     return chain[::-1]
 
 
-def save(pids: list[int], image_dir: Path, skip: set[str]) -> dict:
-    """Copy the tree's open scratch files into image_dir (temp-<n>.data);
-    return the manifest's entry: {"dirs": [...], "files": [...]}."""
+def save(view: shared_files.TreeView, image_dir: Path, skip: set[str]) -> dict:
+    """Copy the tree's open scratch files (view: its fds, read once per
+    checkpoint) into image_dir (temp-<n>.data); return the manifest's
+    entry: {"dirs": [...], "files": [...]}."""
     files: dict[str, os.stat_result] = {}
     fifos: dict[str, dict] = {}
     sockets: set[int] = set()
-    for target, st in _tree_fds(pids):
+    for target, st in _tree_fds(view):
         if target.startswith("socket:["):
             sockets.add(st.st_ino)
         elif stat.S_ISFIFO(st.st_mode) and target.startswith("/") and scratch.is_scratch(target):

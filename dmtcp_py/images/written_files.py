@@ -12,27 +12,25 @@ import logging
 import os
 import stat
 
-from dmtcp_py import procfs
+from dmtcp_py.images.shared_files import OpenFd, TreeView
 
 log = logging.getLogger("images.written")
 
 
-def collect(pids: list[int], skip: set[str]) -> list[dict]:
+def collect(view: TreeView, skip: set[str]) -> list[dict]:
+    """An entry for each regular file the tree (view: its fds, read once
+    per checkpoint) holds open for writing, except the paths in skip."""
     found: dict[str, dict] = {}
-    for pid, fd in procfs.fds(pids):
-        entry = _describe(pid, fd)
+    for f in view.fds:
+        entry = _describe(f)
         if entry and entry["path"] not in skip:
             found[entry["path"]] = entry
     return sorted(found.values(), key=lambda e: e["path"])
 
 
-def _describe(pid: int, fd: str) -> dict | None:
-    try:
-        path = os.readlink(f"/proc/{pid}/fd/{fd}")
-        with open(f"/proc/{pid}/fdinfo/{fd}") as info:
-            flags = next(int(line.split()[1], 8) for line in info if line.startswith("flags:"))
-        st = os.stat(f"/proc/{pid}/fd/{fd}")
-    except (OSError, StopIteration, ValueError):
+def _describe(f: OpenFd) -> dict | None:
+    path, st, flags = f.target, f.st, f.flags
+    if path is None or st is None or flags is None:
         return None
     if not stat.S_ISREG(st.st_mode) or flags & os.O_ACCMODE == os.O_RDONLY \
             or not path.startswith("/") or path.endswith(" (deleted)"):

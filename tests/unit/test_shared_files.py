@@ -257,7 +257,7 @@ def mapper(tmp_path):
 
 
 def test_mapped_files_tell_what_the_tree_could_write(tmp_path, mapper):
-    found = {Path(f.path).name: f.writable for f in sf.mapped_files([mapper])
+    found = {Path(f.path).name: f.writable for f in sf.mapped_files(sf.TreeView.read([mapper]))
              if Path(f.path).parent == tmp_path}
     assert found == {"ro": False, "rw_fd": True, "rw": True, "by_fd": True}
 

@@ -1,0 +1,210 @@
+"""shared_files.TreeView: what a checkpoint asks of the tree's processes,
+read from /proc once (issue 20), and the modules that take it instead of
+walking /proc each: shared_files (mapped_files, deleted_aliases),
+temp_files.save, written_files.collect."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dmtcp_py.images import shared_files as sf
+from dmtcp_py.images import temp_files, written_files
+
+SMAPS = """\
+7f0000000000-7f0000007000 r--s 00000000 fe:00 338846                     /usr/lib/gconv/gconv-modules.cache
+Size:                 28 kB
+Rss:                  28 kB
+VmFlags: rd mr me ms
+7f0000040000-7f0000041000 r--s 00001000 fe:00 42                         /data/with space.db
+Size:                  4 kB
+VmFlags: rd sh mr mw me ms
+7f0000060000-7f0000061000 r--p 00000000 fe:00 43                         /data/private
+Size:                  4 kB
+VmFlags: rd mr mw me
+"""
+
+
+def fd(path: Path | str, flags: int | None = os.O_WRONLY, *, n: str = "3",
+       target: str | None = None, pid: int = 1) -> sf.OpenFd:
+    """An fd as TreeView.read would see it, of a file that exists."""
+    st = os.stat(path) if os.path.exists(path) else None
+    return sf.OpenFd(pid, n, str(path) if target is None else target, st, flags)
+
+
+# ---- consumers on a view made by hand ---------------------------------------------
+
+def test_written_files_from_a_view(tmp_path):
+    log, data, ro = tmp_path / "log", tmp_path / "data", tmp_path / "ro"
+    log.write_bytes(b"12345")
+    data.write_bytes(b"")
+    ro.write_bytes(b"r")
+    view = sf.TreeView([], [
+        fd(log, os.O_WRONLY | os.O_APPEND),
+        fd(data, os.O_RDWR, n="4"),
+        fd(data, os.O_RDWR, n="5", pid=2),          # one entry per path
+        fd(ro, os.O_RDONLY, n="6"),                 # only read
+        fd(tmp_path, os.O_RDONLY | os.O_DIRECTORY, n="7"),
+        fd(log, None, n="8"),                       # no fdinfo: as before, left out
+        fd(log, os.O_WRONLY, n="9", target=f"{log} (deleted)"),
+        sf.OpenFd(1, "10", "socket:[5]", None, None),
+        sf.OpenFd(1, "11", None, None, None),       # gone meanwhile
+    ])
+    assert written_files.collect(view, set()) == [
+        {"path": str(data), "size": 0, "inode": os.stat(data).st_ino},
+        {"path": str(log), "size": 5, "inode": os.stat(log).st_ino}]
+    assert [e["path"] for e in written_files.collect(view, {str(log)})] == [str(data)]
+
+
+def test_temp_files_from_a_view(tmp_path, monkeypatch):
+    monkeypatch.setattr(temp_files.scratch, "ROOTS", (str(tmp_path),))
+    session = tmp_path / "ompi" / "pid.7"
+    session.mkdir(parents=True)
+    (session / "topo").write_bytes(b"xml")
+    (session / "kept").write_bytes(b"elsewhere")
+    os.mkfifo(session / "fifo")
+    image = tmp_path / "image"
+    image.mkdir()
+    view = sf.TreeView([], [
+        fd(session / "topo", os.O_RDONLY),
+        fd(session / "kept", os.O_RDWR, n="4"),
+        fd(session / "fifo", os.O_RDONLY, n="5"),
+        sf.OpenFd(1, "6", None, None, None),
+    ])
+    saved = temp_files.save(view, image, {str(session / "kept")})
+    assert [d["path"] for d in saved["dirs"]] == [str(tmp_path / "ompi"), str(session)]
+    assert [(f["path"], f["data"]) for f in saved["files"]] == [(str(session / "topo"),
+                                                                 "temp-0.data")]
+    assert (image / "temp-0.data").read_bytes() == b"xml"
+    assert [f["path"] for f in saved["fifos"]] == [str(session / "fifo")]
+
+
+def test_mapped_files_and_aliases_from_a_view(tmp_path):
+    (tmp_path / "seg").write_bytes(b"s")
+    (tmp_path / "sem.x").write_bytes(b"m")
+    (tmp_path / "ro").write_bytes(b"r")
+    sem = os.stat(tmp_path / "sem.x")
+    seg = os.stat(tmp_path / "seg")
+    gone = str(tmp_path / "sem.tmp")
+    view = sf.TreeView([
+        sf.Mapping(str(tmp_path / "seg"), seg.st_dev, seg.st_ino, False),
+        sf.Mapping(f"{gone} (deleted)", sem.st_dev, sem.st_ino, False),
+        sf.Mapping(str(tmp_path / "ro"), seg.st_dev, 1, False),
+        sf.Mapping(f"{tmp_path}/lost (deleted)", seg.st_dev, 123456789, True),
+    ], [fd(tmp_path / "seg", os.O_RDWR)])
+    assert sf.mapped_files(view) == [sf.MappedFile(str(tmp_path / "ro"), False),
+                                     sf.MappedFile(str(tmp_path / "seg"), True),
+                                     sf.MappedFile(str(tmp_path / "sem.x"), False)]
+    assert sf.deleted_aliases(view) == {gone: str(tmp_path / "sem.x")}
+
+
+def test_a_live_name_is_looked_for_once(tmp_path, monkeypatch):
+    (tmp_path / "sem.x").write_bytes(b"m")
+    st = os.stat(tmp_path / "sem.x")
+    view = sf.TreeView([sf.Mapping(f"{tmp_path}/t (deleted)", st.st_dev, st.st_ino, True)] * 3,
+                       [])
+    calls = []
+    real = sf._live_name
+    monkeypatch.setattr(sf, "_live_name", lambda *a: calls.append(a) or real(*a))
+    sf.mapped_files(view)
+    sf.deleted_aliases(view)
+    assert len(calls) == 1
+
+
+# ---- smaps ----------------------------------------------------------------------------
+
+def test_smaps_headers_keep_what_parse_maps_reads():
+    assert sf.parse_maps(sf._smaps_headers(SMAPS)) == sf.parse_maps(SMAPS)
+    with open("/proc/self/smaps") as f:
+        mine = f.read()
+    assert sf.parse_maps(sf._smaps_headers(mine)) == sf.parse_maps(mine)
+    assert len(sf._smaps_headers(mine)) < len(mine) / 3
+    no_flags = "7f-80 r--s 0 fe:00 5 /x\nSize: 4 kB\n"
+    assert sf._smaps_headers(no_flags) == no_flags
+    assert sf._smaps_headers("") == ""
+
+
+def test_a_field_after_vmflags_is_not_taken_for_a_mapping():
+    text = SMAPS.replace("VmFlags: rd mr me ms\n", "VmFlags: rd mr me ms\nNewField: 1\n")
+    assert sf.parse_maps(sf._smaps_headers(text)) == sf.parse_maps(SMAPS)
+
+
+# ---- a live process: /proc read once --------------------------------------------------
+
+CHILD = textwrap.dedent("""
+    import mmap, os, sys
+    d = sys.argv[1]
+    def path(name):
+        return os.path.join(d, name)
+    for name in ("ro", "rw", "tmpname"):
+        with open(path(name), "wb") as f:
+            f.write(b"z" * 4096)
+    def mapped(name, flags, prot):
+        fd = os.open(path(name), flags)
+        m = mmap.mmap(fd, 4096, mmap.MAP_SHARED, prot)
+        os.close(fd)
+        return m
+    keep = [mapped("ro", os.O_RDONLY, mmap.PROT_READ),
+            mapped("rw", os.O_RDWR, mmap.PROT_READ | mmap.PROT_WRITE),
+            mapped("tmpname", os.O_RDWR, mmap.PROT_READ | mmap.PROT_WRITE)]
+    os.link(path("tmpname"), path("sem.real"))  # as glibc's sem_open does
+    os.unlink(path("tmpname"))
+    log = open(path("log"), "a")
+    log.write("x" * 10)
+    log.flush()
+    os.mkfifo(path("fifo"))
+    fifo = os.open(path("fifo"), os.O_RDWR)
+    r, w = os.pipe()
+    print("ready", flush=True)
+    sys.stdin.read()
+""")
+
+
+@pytest.fixture
+def child(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path)], text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdin.close()
+        proc.stdout.close()
+
+
+def test_a_view_of_a_live_process(tmp_path, child, monkeypatch):
+    view = sf.TreeView.read([child, 999_999_999])  # a pid that is gone: nothing of it
+    assert {f.pid for f in view.fds} == {child}
+    by_target = {f.target: f for f in view.fds}
+    assert by_target[str(tmp_path / "log")].flags & os.O_ACCMODE == os.O_WRONLY
+    assert by_target[str(tmp_path / "fifo")].flags & os.O_ACCMODE == os.O_RDWR
+    pipes = [f for f in view.fds if f.target and f.target.startswith("pipe:")]
+    assert len(pipes) >= 2 and all(f.flags is None and f.st is not None for f in pipes)
+
+    # what follows reads nothing more of /proc/PID
+    def no_proc(*args, **kw):
+        raise AssertionError(f"/proc read again: {args}")
+    monkeypatch.setattr(sf, "_read", no_proc)
+    monkeypatch.setattr(sf, "_fdinfo_flags", no_proc)
+    monkeypatch.setattr(sf.procfs, "fds", no_proc)
+    monkeypatch.setattr(os, "readlink", no_proc)
+    monkeypatch.setattr(temp_files.scratch, "ROOTS", (str(tmp_path),))
+
+    mine = {Path(f.path).name: f.writable for f in sf.mapped_files(view)
+            if Path(f.path).parent == tmp_path}
+    assert mine == {"ro": False, "rw": True, "sem.real": True}
+    assert sf.deleted_aliases(view) == {str(tmp_path / "tmpname"): str(tmp_path / "sem.real")}
+    written = written_files.collect(view, set())
+    assert {"path": str(tmp_path / "log"), "size": 10,
+            "inode": os.stat(tmp_path / "log").st_ino} in written
+    image = tmp_path / "image"
+    image.mkdir()
+    saved = temp_files.save(view, image, set())
+    assert [f["path"] for f in saved["fifos"]] == [str(tmp_path / "fifo")]
+    assert str(tmp_path / "log") in [f["path"] for f in saved["files"]]
