@@ -22,6 +22,7 @@ from functools import lru_cache
 from typing import Iterable
 
 from dmtcp_py import procfs
+from dmtcp_py.agent import sockdiag
 from dmtcp_py.images.socket_table import Address, Option, SocketInfo
 
 # options that describe how the program set its socket up (restored on a
@@ -70,16 +71,11 @@ def tree_sockets(pids: list[int]) -> dict[int, dict[int, int]]:
     return out
 
 
-def unix_peers() -> dict[int, int]:
-    """Every Unix socket of this network namespace: inode -> peer inode (0: none)."""
-    # imported here, at checkpoint time: pyroute2 takes ~100 ms to import,
-    # which every dmtcp-launch would pay at start-up otherwise
-    from pyroute2 import DiagSocket
-
-    with DiagSocket() as diag:
-        diag.bind()
-        answer = diag.get_sock_stats(family=socket.AF_UNIX)
-    return {m["udiag_ino"]: dict(m["attrs"]).get("UNIX_DIAG_PEER", 0) for m in answer}
+def unix_peers(inodes: Iterable[int]) -> dict[int, int]:
+    """Those of `inodes` that are Unix sockets of this network namespace:
+    inode -> peer inode (0: none).  Exact questions about these inodes
+    only (sockdiag), never a dump of every socket of the host."""
+    return sockdiag.unix_peers(inodes)
 
 
 def inet_inodes() -> set[int]:
@@ -104,8 +100,10 @@ def to_park(pids: list[int]) -> dict[int, list[int]]:
     in_tree = {ino for fds in found.values() for ino in fds.values()}
     # the shims' own links lead to us: never theirs to hand over
     ours = set(tree_sockets([os.getpid()]).get(os.getpid(), {}).values())
-    peers = unix_peers()
-    inet = inet_inodes()
+    peers = unix_peers(in_tree)
+    # what is not a Unix socket may be TCP or UDP: /proc/net/{tcp,udp}* list
+    # every such socket of the host, read only when a tree has one to find
+    inet = inet_inodes() if in_tree - peers.keys() else set()
     out: dict[int, list[int]] = {}
     for pid, fds in found.items():
         for fd, ino in sorted(fds.items()):
@@ -216,18 +214,16 @@ def set_options(sock: socket.socket, options: Iterable[Option]) -> None:
 
 def entries(parked) -> dict[int, SocketEntry]:
     """Group the parked copies by socket; describe each socket once."""
-    peers: dict[int, int] | None = None
+    parked = list(parked)
+    inodes = [os.fstat(p.sock.fileno()).st_ino for p in parked]
+    # the peers of the parked Unix sockets only: one exact question each
+    peers = unix_peers(ino for p, ino in zip(parked, inodes)
+                       if p.sock.family == socket.AF_UNIX)
     out: dict[int, SocketEntry] = {}
-    for p in parked:
-        ino = os.fstat(p.sock.fileno()).st_ino
+    for p, ino in zip(parked, inodes):
         entry = out.get(ino)
         if entry is None:
-            if p.sock.family == socket.AF_UNIX and peers is None:
-                peers = unix_peers()
-            entry = out[ino] = SocketEntry(ino, p.sock,
-                                           describe(p.sock, ino, (peers or {}).get(ino, 0)))
+            entry = out[ino] = SocketEntry(ino, p.sock, describe(p.sock, ino, peers.get(ino, 0)))
         entry.copies.append((p.pid, p.fd))
         entry.leader = entry.leader or p.leader
     return out
-
-

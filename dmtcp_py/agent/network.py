@@ -110,7 +110,7 @@ class Network:
         self.close()
         wanted = await asyncio.get_running_loop().run_in_executor(None, fdtable.to_park, pids)
         parked = await self.shims.park(wanted, timeout) if wanted else []
-        # in a thread: pyroute2 runs an event loop of its own
+        # in a thread: /proc and netlink reads, off the event loop
         self.entries = await asyncio.get_running_loop().run_in_executor(
             None, fdtable.entries, parked)
         # every copy but one per socket is closed now; the entry keeps one

@@ -31,6 +31,65 @@ def _children() -> bool | None:
     return ended is not None
 
 
+def _read(path: str) -> bytes:
+    """A small /proc file with open and read only (no fstat, ioctl, lseek)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def children_of(pid: int) -> list[int]:
+    """The children of every thread of pid, from /proc/PID/task/TID/children
+    (CONFIG_PROC_CHILDREN): a child belongs to the thread that forked it,
+    and an orphan comes back to any live thread of a subreaper.  Unlike
+    psutil's children(), which reads /proc/*/stat of every process of the
+    host, this costs only the process asked about.  [] when pid is gone."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for tid in tids:
+        try:
+            out.extend(int(c) for c in _read(f"/proc/{pid}/task/{tid}/children").split())
+        except (OSError, ValueError):
+            continue  # the thread ended meanwhile
+    return out
+
+
+def descendants(roots: list[int]) -> list[int]:
+    """roots and everything below them (each pid once, parents first)."""
+    seen: set[int] = set()
+    out: list[int] = []
+    stack = list(reversed(roots))
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        out.append(pid)
+        stack.extend(reversed(children_of(pid)))
+    return out
+
+
+def _state_and_name(pid: int) -> tuple[str, str] | None:
+    """The state letter and the command name of /proc/PID/stat (None: gone)."""
+    try:
+        stat = _read(f"/proc/{pid}/stat").decode(errors="replace")
+    except OSError:
+        return None
+    # "pid (comm) S ...": comm may hold spaces and parentheses
+    left, right = stat.find("("), stat.rfind(")")
+    if left < 0 or right < left:
+        return None
+    return stat[right + 2:right + 3], stat[left + 1:right]
+
+
 def become_subreaper() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
@@ -89,33 +148,32 @@ class Tree:
         self._child_ended.set()
         if self._hold or not _children():  # no child at all, or none ended
             return
-        try:
-            children = psutil.Process().children()
-        except psutil.Error:
-            return
-        for child in children:
-            if child.pid == self.root_pid and not self.exited.is_set():
-                continue
+        for pid in children_of(os.getpid()):
+            if pid == self.root_pid and not self.exited.is_set():
+                continue  # the root's end is _root_exited's to collect
             try:
-                if child.status() == psutil.STATUS_ZOMBIE:
-                    os.waitpid(child.pid, os.WNOHANG)
-            except (psutil.Error, ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)  # collects it only if it has ended
+            except ChildProcessError:
                 pass
 
     def processes(self) -> list[psutil.Process]:
         """Every live process of the tree: the root's descendants and the
-        orphans that came back to us."""
-        out: dict[int, psutil.Process] = {}
-        try:
-            for child in psutil.Process().children():
-                if child.status() == psutil.STATUS_ZOMBIE or child.name() == "criu":
-                    continue
-                out[child.pid] = child
-                for d in child.children(recursive=True):
-                    out[d.pid] = d
-        except psutil.Error:
-            pass
-        return list(out.values())
+        orphans that came back to us (our children but CRIU and those that
+        have ended, and everything below them).  A walk down from us through
+        /proc/PID/task/TID/children: no look at the host's other processes."""
+        tops = []
+        for pid in children_of(os.getpid()):
+            found = _state_and_name(pid)
+            if found is None or found[0] == "Z" or found[1] == "criu":
+                continue
+            tops.append(pid)
+        out = []
+        for pid in descendants(tops):
+            try:
+                out.append(psutil.Process(pid))
+            except psutil.Error:
+                pass  # ended meanwhile
+        return out
 
     @staticmethod
     def alive(pids: set[int]) -> set[int]:

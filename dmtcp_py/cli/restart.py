@@ -79,8 +79,8 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, any_owner,
         return _agent(config(*loaded[0]))
     # one agent process per tree, each the parent of its own restored tree.
     # What every agent needs is imported once, here, before they fork: each
-    # importing CRIU's bindings and pyroute2 by itself cost ~150 ms of CPU
-    # per tree, most of a many-tree restart on a small host.
+    # importing CRIU's bindings (and then pyroute2) by itself cost ~100 ms of
+    # CPU per tree, most of a many-tree restart on a small host.
     import_checkpoint_modules()
     gc.freeze()
     children = []
