@@ -84,8 +84,11 @@ def describe(directory: Path) -> dict:
         "processes": _processes(directory, m),
         "sockets": _sockets(directory, m),
         "files": _files(directory),
-        "saved_files": [s["path"] for s in m.shared_files]
+        # kept: their bytes are in the image; checked: only read, so only
+        # their size, mtime (and digest) are, for the check at restart
+        "saved_files": [s["path"] for s in m.shared_files if "data" in s]
         + [f["path"] for f in m.temp_files.get("files", [])],
+        "checked_files": [s["path"] for s in m.shared_files if "data" not in s],
         "stdio": {fd: d.get("kind") for fd, d in sorted(m.stdio.items())},
     }
 
@@ -128,4 +131,7 @@ def text(info: dict) -> list[str]:
     if info["saved_files"]:
         lines.append(f"  kept in the image: {len(info['saved_files'])} files")
         lines += [f"    {p}" for p in info["saved_files"]]
+    if info["checked_files"]:
+        lines.append(f"  only read, checked at restart: {len(info['checked_files'])} files")
+        lines += [f"    {p}" for p in info["checked_files"]]
     return lines

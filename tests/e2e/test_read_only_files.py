@@ -86,6 +86,10 @@ def test_another_users_read_only_file_is_not_written_back(comp, programs, data_d
                                      "mtime_ns": before.st_mtime_ns,
                                      "sha256": hashlib.sha256(content).hexdigest()}
     assert not list(image.glob("shared-*.data"))
+    shown = json.loads(subprocess.run([tool("dmtcp-inspect"), "--json", str(image)],
+                                      capture_output=True, text=True, check=True).stdout)
+    [info] = shown if isinstance(shown, list) else [shown]
+    assert str(target) in info["checked_files"] and str(target) not in info["saved_files"]
     restarted, rout = comp.restart()
     assert restarted.wait(timeout=TIMEOUT) == 0, restarted.err_path.read_text()
     assert_continues(rout, first, killed, "ro_map")
