@@ -14,19 +14,8 @@ import pytest
 
 from dmtcp_py.images import shared_files as sf
 from dmtcp_py.images import temp_files, written_files
+from tests.unit.test_shared_files import SMAPS  # one sample of smaps for both
 
-SMAPS = """\
-7f0000000000-7f0000007000 r--s 00000000 fe:00 338846                     /usr/lib/gconv/gconv-modules.cache
-Size:                 28 kB
-Rss:                  28 kB
-VmFlags: rd mr me ms
-7f0000040000-7f0000041000 r--s 00001000 fe:00 42                         /data/with space.db
-Size:                  4 kB
-VmFlags: rd sh mr mw me ms
-7f0000060000-7f0000061000 r--p 00000000 fe:00 43                         /data/private
-Size:                  4 kB
-VmFlags: rd mr mw me
-"""
 
 
 def fd(path: Path | str, flags: int | None = os.O_WRONLY, *, n: str = "3",
