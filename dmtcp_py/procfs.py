@@ -5,6 +5,25 @@ import os
 from collections.abc import Iterator
 
 
+def read(path: str) -> str | None:
+    """A small /proc file, or None when it is gone (or not ours).  open and
+    read only (no fstat, ioctl or lseek of a buffered file); names of
+    files in it keep their bytes (os.fsdecode)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return os.fsdecode(b"".join(chunks))
+
+
 def fds(pids: list[int]) -> Iterator[tuple[int, str]]:
     """(pid, fd number as /proc names it) for every open fd of pids; a
     process that is gone or not ours to read is skipped."""

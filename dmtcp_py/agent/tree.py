@@ -13,6 +13,8 @@ import signal
 
 import psutil
 
+from dmtcp_py import procfs
+
 log = logging.getLogger("agent.tree")
 _PR_SET_CHILD_SUBREAPER = 36
 _WALL = 0x40000000  # waitid: children of any kind, as /proc lists them
@@ -31,18 +33,6 @@ def _children() -> bool | None:
     return ended is not None
 
 
-def _read(path: str) -> bytes:
-    """A small /proc file with open and read only (no fstat, ioctl, lseek)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 def children_of(pid: int) -> list[int]:
     """The children of every thread of pid, from /proc/PID/task/TID/children
     (CONFIG_PROC_CHILDREN): a child belongs to the thread that forked it,
@@ -55,10 +45,9 @@ def children_of(pid: int) -> list[int]:
         return []
     out: list[int] = []
     for tid in tids:
-        try:
-            out.extend(int(c) for c in _read(f"/proc/{pid}/task/{tid}/children").split())
-        except (OSError, ValueError):
-            continue  # the thread ended meanwhile
+        text = procfs.read(f"/proc/{pid}/task/{tid}/children")
+        if text is not None:  # else the thread ended meanwhile
+            out.extend(int(c) for c in text.split())
     return out
 
 
@@ -79,9 +68,8 @@ def descendants(roots: list[int]) -> list[int]:
 
 def _state_and_name(pid: int) -> tuple[str, str] | None:
     """The state letter and the command name of /proc/PID/stat (None: gone)."""
-    try:
-        stat = _read(f"/proc/{pid}/stat").decode(errors="replace")
-    except OSError:
+    stat = procfs.read(f"/proc/{pid}/stat")
+    if stat is None:
         return None
     # "pid (comm) S ...": comm may hold spaces and parentheses
     left, right = stat.find("("), stat.rfind(")")

@@ -93,14 +93,6 @@ def parse_maps(text: str) -> list[Mapping]:
     return out
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
-
-
 def _smaps_headers(text: str) -> str:
     """Of the text of /proc/PID/smaps, each mapping's first line and its
     VmFlags line: all that parse_maps reads of it.  A mapping has some 25
@@ -133,12 +125,12 @@ def _pid_mappings(pid: int) -> list[Mapping]:
     costs a walk of the page tables (~5 ms per 500 MiB resident here), so
     it is read only for a process with a shared mapping that maps cannot
     settle."""
-    text = _read(f"/proc/{pid}/maps")
+    text = procfs.read(f"/proc/{pid}/maps")
     if text is None:
         return []
     found = parse_maps(text)
     if any(not m.may_write for m in found):
-        detailed = _read(f"/proc/{pid}/smaps")
+        detailed = procfs.read(f"/proc/{pid}/smaps")
         if detailed is not None:
             found = parse_maps(_smaps_headers(detailed))
     return found

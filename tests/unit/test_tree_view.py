@@ -5,8 +5,6 @@ temp_files.save, written_files.collect."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import pytest
 
 from dmtcp_py.images import shared_files as sf
 from dmtcp_py.images import temp_files, written_files
+from tests.conftest import ready_python
 from tests.unit.test_shared_files import SMAPS  # one sample of smaps for both
 
 
@@ -155,16 +154,8 @@ CHILD = textwrap.dedent("""
 
 @pytest.fixture
 def child(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path)], text=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
-        assert proc.stdout.readline() == "ready\n"
-        yield proc.pid
-    finally:
-        proc.kill()
-        proc.wait()
-        proc.stdin.close()
-        proc.stdout.close()
+    with ready_python(CHILD, str(tmp_path)) as pid:
+        yield pid
 
 
 def test_a_view_of_a_live_process(tmp_path, child, monkeypatch):
@@ -179,7 +170,7 @@ def test_a_view_of_a_live_process(tmp_path, child, monkeypatch):
     # what follows reads nothing more of /proc/PID
     def no_proc(*args, **kw):
         raise AssertionError(f"/proc read again: {args}")
-    monkeypatch.setattr(sf, "_read", no_proc)
+    monkeypatch.setattr(sf.procfs, "read", no_proc)
     monkeypatch.setattr(sf, "_fdinfo_flags", no_proc)
     monkeypatch.setattr(sf.procfs, "fds", no_proc)
     monkeypatch.setattr(os, "readlink", no_proc)

@@ -16,6 +16,7 @@ import time
 import psutil
 import pytest
 
+from dmtcp_py import procfs
 from dmtcp_py.agent import tree as tree_mod
 from dmtcp_py.agent.tree import Tree
 
@@ -144,9 +145,9 @@ def test_walk_finds_the_tree_and_the_orphans(small_tree):
     t.root_pid = small_tree["root"]
     assert set(tree_mod.children_of(os.getpid())) >= {small_tree["root"], small_tree["OO"]}
     # B is a child of the root's second thread, not of its main thread
-    main_children = tree_mod._read(
+    main_children = procfs.read(
         f"/proc/{small_tree['root']}/task/{small_tree['root']}/children").split()
-    assert str(small_tree["B"]).encode() not in main_children
+    assert str(small_tree["B"]) not in main_children
     assert set(tree_mod.children_of(small_tree["root"])) == {
         small_tree[n] for n in ("A", "B", "Z")}
     found = t.processes()
