@@ -71,13 +71,6 @@ def tree_sockets(pids: list[int]) -> dict[int, dict[int, int]]:
     return out
 
 
-def unix_peers(inodes: Iterable[int]) -> dict[int, int]:
-    """Those of `inodes` that are Unix sockets of this network namespace:
-    inode -> peer inode (0: none).  Exact questions about these inodes
-    only (sockdiag), never a dump of every socket of the host."""
-    return sockdiag.unix_peers(inodes)
-
-
 def inet_inodes() -> set[int]:
     """Inodes of the TCP and UDP sockets of this network namespace."""
     inodes: set[int] = set()
@@ -100,7 +93,7 @@ def to_park(pids: list[int]) -> dict[int, list[int]]:
     in_tree = {ino for fds in found.values() for ino in fds.values()}
     # the shims' own links lead to us: never theirs to hand over
     ours = set(tree_sockets([os.getpid()]).get(os.getpid(), {}).values())
-    peers = unix_peers(in_tree)
+    peers = sockdiag.unix_peers(in_tree)  # exact questions, never a dump of the host
     # what is not a Unix socket may be TCP or UDP: /proc/net/{tcp,udp}* list
     # every such socket of the host, read only when a tree has one to find
     inet = inet_inodes() if in_tree - peers.keys() else set()
@@ -217,7 +210,7 @@ def entries(parked) -> dict[int, SocketEntry]:
     parked = list(parked)
     inodes = [os.fstat(p.sock.fileno()).st_ino for p in parked]
     # the peers of the parked Unix sockets only: one exact question each
-    peers = unix_peers(ino for p, ino in zip(parked, inodes)
+    peers = sockdiag.unix_peers(ino for p, ino in zip(parked, inodes)
                        if p.sock.family == socket.AF_UNIX)
     out: dict[int, SocketEntry] = {}
     for p, ino in zip(parked, inodes):

@@ -183,11 +183,12 @@ def test_entries_name_unix_peers(closing):
 
 def test_the_agent_needs_no_pyroute2():
     code = ("import sys\n"
-            "from dmtcp_py.agent import runner, fdtable\n"
+            "from dmtcp_py.agent import runner, fdtable, sockdiag\n"
             "import socket\n"
             "a, b = socket.socketpair()\n"
             "import os\n"
-            "assert fdtable.unix_peers([os.fstat(a.fileno()).st_ino])\n"
+            "assert sockdiag.unix_peers([os.fstat(a.fileno()).st_ino])\n"
+            "assert fdtable.to_park([os.getpid()]) == {}\n"
             "assert 'pyroute2' not in runner.CHECKPOINT_MODULES\n"
             "assert 'pyroute2' not in sys.modules, 'pyroute2 imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
