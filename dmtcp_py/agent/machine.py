@@ -192,7 +192,7 @@ class AgentMachine:
         self.running = not restarting
         self.restored_pending = restarting
         if restarting:
-            self.comp_id = self.identity.restart_comp_id or ""
+            self.comp_id = self.identity.restart_comp_id
             self.generation = self.published_generation = self.identity.restart_generation
 
     # ---- the coordinator link ---------------------------------------------------
@@ -261,13 +261,14 @@ class AgentMachine:
         work = WORK_AT[msg.state]
         if work is Work.SUSPEND:
             self.running = False
-        step = Step(msg.state, work, msg.generation, comp_id=self.comp_id, stop=msg.stop,
-                    num_trees=msg.num_trees,
-                    failed_conns=frozenset(msg.failed_conns), expect_pids=self.expect_pids)
         if work is Work.RESUME:
             self.generation = msg.generation
-            step = Step(msg.state, work, msg.generation, resume_arg=self.resume_arg())
-            self.restored_pending = False
+        step = Step(msg.state, work, msg.generation, comp_id=self.comp_id, stop=msg.stop,
+                    num_trees=msg.num_trees, failed_conns=frozenset(msg.failed_conns),
+                    expect_pids=self.expect_pids,
+                    resume_arg=self.resume_arg() if work is Work.RESUME else 0)
+        if work is Work.RESUME:
+            self.restored_pending = False  # this release tells them
         return [DoWork(step)]
 
     def work_done(self, step: Step, result: WorkResult) -> list:

@@ -87,12 +87,13 @@ class Checkpoint:
             aliases = shared_files.deleted_aliases(view)
             remaps = [{"remap": remap, "live": aliases[orig]}
                       for remap, orig in link_remaps if orig in aliases]
+        table = sockets(partial)  # writes the drained bytes: before the sizes are taken
         self.manifest = Manifest(
             comp_id=facts.comp_id, tree_id=facts.tree_id, program=facts.program,
             argv=facts.argv, host=facts.host, generation=self.generation, time=time.time(),
             root_pid=facts.root_pid, pids=sorted(pids), peers=len(facts.shim_pids),
             shim_pids=sorted(facts.shim_pids), shared_files=shared, written_files=written,
-            sockets=sockets(partial), link_remaps=remaps, temp_files=temp,
+            sockets=table, link_remaps=remaps, temp_files=temp,
             agent_socket=facts.agent_socket, num_trees=facts.num_trees, stdio=facts.stdio,
             external=facts.external, criu_version=criu_driver.version(),
             files=store.file_sizes(partial))
