@@ -3,8 +3,10 @@ process a test starts (coordinators daemonize, restored trees are orphaned
 by CRIU) stays our descendant and is killed by pid when the test ends."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import subprocess
 import sys
 
 import psutil
@@ -15,6 +17,22 @@ _PR_SET_CHILD_SUBREAPER = 36
 
 def pytest_configure(config):
     ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+@contextlib.contextmanager
+def ready_python(code: str, *args: str):
+    """A Python child running code, once it printed "ready"; its pid.
+    Killed and reaped at the end."""
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdin.close()
+        proc.stdout.close()
 
 
 def kill_descendants() -> None:

@@ -8,8 +8,6 @@ import logging
 import mmap
 import multiprocessing
 import os
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -17,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from dmtcp_py.images import shared_files as sf
+from tests.conftest import ready_python
 
 MAPS = """\
 55d0c8a00000-55d0c8a01000 r--p 00000000 fe:00 1001                       /usr/bin/prog
@@ -244,16 +243,8 @@ def mapper(tmp_path):
     """A live process holding four shared mappings of files in tmp_path."""
     for name in ("ro", "rw_fd", "rw", "by_fd"):
         (tmp_path / name).write_bytes(b"z" * 4096)
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path)], text=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
-        assert proc.stdout.readline() == "ready\n"
-        yield proc.pid
-    finally:
-        proc.kill()
-        proc.wait()
-        proc.stdin.close()
-        proc.stdout.close()
+    with ready_python(CHILD, str(tmp_path)) as pid:
+        yield pid
 
 
 def test_mapped_files_tell_what_the_tree_could_write(tmp_path, mapper):
