@@ -7,7 +7,7 @@ import sys
 import click
 
 from dmtcp_py import __version__
-from dmtcp_py.cli.common import CONTEXT, coord_host_option, coord_port_option, run
+from dmtcp_py.cli.base import CONTEXT, coord_host_option, coord_port_option, run
 from dmtcp_py.client import CoordinatorClient
 from dmtcp_py.errors import UserError
 from dmtcp_py.listing import proc_lines, status_lines

@@ -1,6 +1,6 @@
-"""What the commands share: coordinator options, one-line errors (both
-from base.py, and re-exported here), starting a coordinator when none
-answers."""
+"""What the commands that run programs share: the coordinator choice and
+--gzip options, starting a coordinator when none answers.  (The options and
+one-line errors of every command are in base.py.)"""
 from __future__ import annotations
 
 import os
@@ -9,14 +9,10 @@ from pathlib import Path
 
 import click
 
-from dmtcp_py.cli.base import CONTEXT, coord_host_option, coord_port_option, run
+from dmtcp_py.cli.base import run
 from dmtcp_py.client import coordinator_alive
 from dmtcp_py.errors import UserError
 from dmtcp_py.paths import hostname
-
-__all__ = ["CONTEXT", "coord_host_option", "coord_port_option", "coordinator_choice_options",
-           "ensure_coordinator", "exit_code", "gzip_option", "is_local", "run",
-           "start_coordinator"]
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 

@@ -7,7 +7,7 @@ import sys
 import click
 
 from dmtcp_py import __version__
-from dmtcp_py.cli.common import CONTEXT, run
+from dmtcp_py.cli.base import CONTEXT, run
 from dmtcp_py.images import inspect as inspect_mod
 
 

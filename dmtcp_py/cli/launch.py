@@ -13,16 +13,9 @@ import click
 from dmtcp_py import __version__, logs
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.runner import Agent
-from dmtcp_py.cli.common import (
-    CONTEXT,
-    coord_host_option,
-    coord_port_option,
-    coordinator_choice_options,
-    ensure_coordinator,
-    exit_code,
-    gzip_option,
-    run,
-)
+from dmtcp_py.cli.base import CONTEXT, coord_host_option, coord_port_option, run
+from dmtcp_py.cli.common import (coordinator_choice_options, ensure_coordinator, exit_code,
+                                 gzip_option)
 from dmtcp_py.client import resolve_token
 from dmtcp_py.errors import UserError
 from dmtcp_py.paths import shim_library, tree_init
