@@ -75,14 +75,19 @@ def _name(kind: Any) -> str:
     return getattr(kind, "__name__", str(kind))
 
 
-def _check(kind: Any, value: Any, where: str) -> None:
-    origin = typing.get_origin(kind)
-    if origin in _UNIONS:
+def _optional(kind: Any) -> tuple[Any, bool]:
+    """X of `X | None`, and whether None is allowed."""
+    if typing.get_origin(kind) in _UNIONS:
         options = typing.get_args(kind)
-        if value is None and type(None) in options:
-            return
-        kind = next(k for k in options if k is not type(None))
-        origin = typing.get_origin(kind)
+        return next(k for k in options if k is not type(None)), type(None) in options
+    return kind, False
+
+
+def _check(kind: Any, value: Any, where: str) -> None:
+    kind, nullable = _optional(kind)
+    if value is None and nullable:
+        return
+    origin = typing.get_origin(kind)
     if origin is tuple:
         if not isinstance(value, tuple):
             raise MessageError(f"{where}: expected a list")
@@ -446,12 +451,10 @@ def _typed(kind: Any, value: Any, where: str) -> Any:
     """The wire value as the annotation's type (lists become tuples, objects
     records, strings enums); what cannot be converted is left for the
     check, which names it."""
+    kind, nullable = _optional(kind)
+    if value is None and nullable:
+        return None
     origin = typing.get_origin(kind)
-    if origin in _UNIONS:
-        if value is None:
-            return None
-        kind = next(k for k in typing.get_args(kind) if k is not type(None))
-        origin = typing.get_origin(kind)
     if origin is tuple and isinstance(value, list):
         item = typing.get_args(kind)[0]
         return tuple(_typed(item, v, f"{where}[{n}]") for n, v in enumerate(value))
