@@ -18,7 +18,6 @@ them in a worker thread):
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -107,13 +106,9 @@ class Checkpoint:
         assert self.manifest is not None, "finish before save_files"
         m = self.manifest
         if compressed and compress.compress(self.partial):
-            m = replace(m, files=store.file_sizes(self.partial), compression=compress.NAME)
-        # the disk writes the files while they are hashed from the page
-        # cache: the two overlap instead of adding up
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            flushed = pool.submit(store.flush_files, self.partial)
-            m = replace(m, sha256=integrity.digests(self.partial))
-            flushed.result()
+            m = replace(m, compression=compress.NAME)
+        sealed = integrity.seal(self.partial)
+        m = replace(m, files=sealed.sizes, sha256=sealed.sha256)
         self.manifest = m
         m.write(self.partial)
         return store.publish(self.partial, self.final)

@@ -2,40 +2,92 @@
 checked before a restart starts anything: a flipped byte anywhere in an
 image is reported with the file's name, and nothing is restored.
 
-Hashing runs after the program is running again (with the fsync, while the
-files are still in the page cache); checking reads each file once, several
-at a time (hashlib lets go of the GIL).  About 1.7 GB/s per core here.
+Sealing (hashing, and with it making each file private and durable) runs
+after the program is running again, while the files are still in the page
+cache; checking reads each file once.  Both work on several files at a time
+(hashlib and fsync let go of the GIL).  About 1.7 GB/s per core here.
 """
 from __future__ import annotations
 
 import hashlib
 import os
-from concurrent.futures import ThreadPoolExecutor
+import stat
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from dmtcp_py.errors import ImageError
 from dmtcp_py.images.manifest import MANIFEST
 
 CHUNK = 1 << 20
+# A file this big is written to disk by a thread of its own while it is
+# hashed: for a GiB of pages the two take about as long each.  Smaller
+# files are flushed after their hash, by the thread that hashed them.
+FLUSH_APART = 4 << 20
 
 
-def _sha256(path: Path) -> str:
+def _hash_fd(fd: int) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb", buffering=0) as f:
+    with open(fd, "rb", buffering=0, closefd=False) as f:
         while chunk := f.read(CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
 
 
+def _sha256(path: Path) -> str:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return _hash_fd(fd)
+    finally:
+        os.close(fd)
+
+
+def _workers() -> int:
+    return os.cpu_count() or 2
+
+
 def _parallel(paths: list[Path]) -> list[str]:
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+    with ThreadPoolExecutor(max_workers=_workers()) as pool:
         return list(pool.map(_sha256, paths))
 
 
-def digests(directory: Path) -> dict[str, str]:
-    """name -> sha256 of every file of an image but its manifest."""
-    paths = sorted(p for p in directory.iterdir() if p.is_file() and p.name != MANIFEST)
-    return dict(zip((p.name for p in paths), _parallel(paths)))
+@dataclass(frozen=True)
+class Sealed:
+    """What a manifest records of an image's files: name -> size, name -> sha256."""
+    sizes: dict[str, int]
+    sha256: dict[str, str]
+
+
+def _seal_one(path: str, flusher: Executor) -> tuple[int, str]:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:
+        st = os.fstat(fd)
+        if stat.S_IMODE(st.st_mode) != 0o600:
+            os.fchmod(fd, 0o600)  # whatever CRIU's or the umask's mode was
+        flushed = flusher.submit(os.fsync, fd) if st.st_size >= FLUSH_APART else None
+        digest = _hash_fd(fd)
+        if flushed is None:
+            os.fsync(fd)
+        else:
+            flushed.result()
+        return st.st_size, digest
+    finally:
+        os.close(fd)
+
+
+def seal(directory: Path) -> Sealed:
+    """Make every file of an image but its manifest private (0600) and
+    durable, and take its size and sha256: one open and one read of each,
+    the biggest first.  Files are not expected to change meanwhile."""
+    entries = [e for e in os.scandir(directory)
+               if e.is_file(follow_symlinks=False) and e.name != MANIFEST]
+    entries.sort(key=lambda e: (-e.stat(follow_symlinks=False).st_size, e.name))
+    with ThreadPoolExecutor(max_workers=_workers()) as pool, \
+            ThreadPoolExecutor(max_workers=1) as flusher:
+        done = list(pool.map(lambda e: _seal_one(e.path, flusher), entries))
+    by_name = sorted(zip((e.name for e in entries), done))
+    return Sealed(sizes={name: size for name, (size, _) in by_name},
+                  sha256={name: digest for name, (_, digest) in by_name})
 
 
 def verify(directory: Path, expected: dict[str, str]) -> None:

@@ -1,7 +1,7 @@
 """Atomic publication of generations in the checkpoint directory.
 
-A generation is written into a hidden partial directory, every file is
-fsynced, and only then does it take the image's name, by an atomic exchange
+A generation is written into a hidden partial directory, its files are
+made durable (integrity.seal does it while hashing them), and only then does it take the image's name, by an atomic exchange
 with the previous generation (renameat2 RENAME_EXCHANGE).  At every instant
 `ckpt_<program>_<id>.dmtcp` is a complete generation; the previous one is
 kept beside it as `ckpt_<program>_<id>.dmtcp.gen-<N>`.
@@ -45,13 +45,6 @@ def _fsync_path(path: Path, directory: bool = False) -> None:
         os.close(fd)
 
 
-def flush_files(directory: Path) -> None:
-    """fsync every file of directory; cheap for files already flushed."""
-    for entry in directory.iterdir():
-        if entry.is_file():
-            _fsync_path(entry)
-
-
 def _exchange(a: Path, b: Path) -> None:
     if _libc.renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b),
                        _RENAME_EXCHANGE) != 0:
@@ -67,13 +60,13 @@ def _generation_of(directory: Path) -> int | None:
 
 
 def file_sizes(partial: Path) -> dict[str, int]:
-    """Make every file 0600; return name -> size (durable: see publish)."""
+    """name -> size of every file but the manifest (integrity.seal takes
+    them again, with the hashes, when the image is published)."""
     sizes = {}
-    for entry in sorted(partial.iterdir()):
-        if entry.is_file() and entry.name != MANIFEST:
-            os.chmod(entry, 0o600)
-            sizes[entry.name] = entry.stat().st_size
-    return sizes
+    for entry in os.scandir(partial):
+        if entry.is_file(follow_symlinks=False) and entry.name != MANIFEST:
+            sizes[entry.name] = entry.stat(follow_symlinks=False).st_size
+    return dict(sorted(sizes.items()))
 
 
 def directory_bytes(directory: Path) -> int:
@@ -94,13 +87,13 @@ def directory_bytes(directory: Path) -> int:
 
 
 def publish(partial: Path, final: Path) -> list[Path]:
-    """Give partial (complete, manifest written) the name final, atomically.
+    """Give partial (complete, its files sealed, its manifest written and
+    fsynced) the name final, atomically.
 
     Returns the generations that fell out of the kept window, already moved
     out of the way under hidden names: deleting a GiB-sized image takes
     about half a second here, so the caller does it after replying."""
     os.chmod(partial, 0o700)
-    flush_files(partial)
     _fsync_path(partial, directory=True)
     parent = final.parent
     if final.exists():

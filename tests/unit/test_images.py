@@ -1,6 +1,7 @@
 """Image manifests and the atomic publication of generations."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -9,7 +10,7 @@ from dataclasses import asdict
 import pytest
 
 from dmtcp_py.errors import ImageError, UserError
-from dmtcp_py.images import store
+from dmtcp_py.images import integrity, store
 from dmtcp_py.images.manifest import MANIFEST, Manifest, load
 
 NAME = store.image_name("prog", "tree1")
@@ -151,16 +152,23 @@ def test_make_partial(tmp_path):
     assert again == partial and list(again.iterdir()) == []
 
 
-def test_file_sizes_makes_files_private(tmp_path):
-    for name, data in FILES.items():
+def test_seal_makes_files_private_and_takes_sizes_and_digests(tmp_path, monkeypatch):
+    files = {**FILES, "pages-big.img": os.urandom(3 << 10)}
+    monkeypatch.setattr(integrity, "FLUSH_APART", 2 << 10)  # one file flushed apart
+    for name, data in files.items():
         path = tmp_path / name
         path.write_bytes(data)
         os.chmod(path, 0o644)
     (tmp_path / MANIFEST).write_text("{}")
     (tmp_path / "subdir").mkdir()
-    sizes = store.file_sizes(tmp_path)
-    assert sizes == {name: len(data) for name, data in FILES.items()}
-    for name in FILES:
+    os.symlink("core-1.img", tmp_path / "link.img")
+    sealed = integrity.seal(tmp_path)
+    sizes = {name: len(data) for name, data in files.items()}
+    assert sealed.sizes == sizes == store.file_sizes(tmp_path)
+    assert list(sealed.sizes) == sorted(sizes)
+    assert sealed.sha256 == {name: hashlib.sha256(data).hexdigest()
+                             for name, data in files.items()}
+    for name in files:
         assert mode(tmp_path / name) == 0o600
 
 
