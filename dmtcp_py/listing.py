@@ -26,6 +26,21 @@ def status_lines(status: dict, *, last_checkpoint: bool = True) -> list[str]:
         lines.append(f"LAST_CKPT=generation {last['generation']} "
                      f"{'ok' if last['ok'] else 'FAILED'} {last['duration']:.3f} s "
                      f"{last['bytes']} bytes")
+    if status.get("auto_restart"):
+        lines.append(f"AUTO_RESTARTS={status['restarts']}")
+        lines.append(f"TIME_LOST={status['time_lost']:.3f}")
+        if status.get("recovering"):
+            lines.append(f"RECOVERING={status['recovering']}")
+        if status.get("gave_up"):
+            lines.append(f"GAVE_UP={status['gave_up']}")
+    failure = status.get("last_failure")
+    if failure:
+        lines.append(f"LAST_FAILURE={failure['program']}@{failure['host']} "
+                     f"(tree {failure['tree_id']}): {failure['why']}")
+    ended = status.get("last_exit")
+    if ended:
+        lines.append(f"LAST_EXIT={ended['program']}@{ended['host']} "
+                     f"(tree {ended['tree_id']}) exited with status {ended['exit_code']}")
     return lines
 
 

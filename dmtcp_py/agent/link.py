@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 
 from dmtcp_py.errors import UserError
@@ -24,6 +25,7 @@ class CoordinatorLink:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._messages = messages.Reader()
+        self.last_heard = time.monotonic()  # when the coordinator last sent anything
 
     @property
     def where(self) -> str:
@@ -70,6 +72,7 @@ class CoordinatorLink:
             data = await self._reader.read(65536)
             if not data:
                 return None
+            self.last_heard = time.monotonic()
             self._messages.push(data)
         return message
 

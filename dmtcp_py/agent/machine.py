@@ -143,6 +143,13 @@ class Rejoin:
 
 
 @dataclass(frozen=True)
+class DropLink:
+    """The coordinator has been silent too long: close the link (what
+    follows is as if it had closed it: coordinator_lost)."""
+    why: str
+
+
+@dataclass(frozen=True)
 class Pending:
     """Images dumped in a round, waiting for the coordinator's word."""
     generation: int
@@ -160,6 +167,7 @@ class Identity:
     restart_comp_id: str | None = None
     restart_generation: int = 0
     restart_trees: int = 1
+    restart_image: messages.ImageInfo | None = None  # where it restores from
 
 
 @dataclass
@@ -185,6 +193,13 @@ class AgentMachine:
     published_generation: int = 0
     linked: bool = False                     # a coordinator answers
     ever_linked: bool = False                # (so the next hello is a rejoin)
+    # heartbeats, as the coordinator's welcome asks (0: none)
+    heartbeat: float = 0.0
+    heartbeat_timeout: float = 0.0
+    next_beat: float = 0.0
+    # the coordinator restarts lost trees: our processes end if we do
+    die_with_agent: bool = False
+    kill_requested: bool = False             # the coordinator said Kill
 
     def __post_init__(self) -> None:
         restarting = self.identity.restart_comp_id is not None
@@ -209,7 +224,8 @@ class AgentMachine:
         if ident.restart_comp_id is not None:
             return messages.Hello(**base, restart=True, comp_id=ident.restart_comp_id,
                                   generation=ident.restart_generation,
-                                  num_trees=max(1, ident.restart_trees))
+                                  num_trees=max(1, ident.restart_trees),
+                                  image=ident.restart_image)
         return messages.Hello(**base)
 
     def welcomed(self, welcome: messages.Welcome) -> list:
@@ -217,8 +233,26 @@ class AgentMachine:
         self.linked = True
         rejoined = self.ever_linked
         self.ever_linked = True
+        self.heartbeat, self.heartbeat_timeout = welcome.heartbeat, welcome.heartbeat_timeout
+        self.next_beat = 0.0  # the first tick beats
+        actions: list = []
+        if welcome.auto_restart != self.die_with_agent:
+            self.die_with_agent = welcome.auto_restart
+            actions.append(TellShims(records.FATE, int(self.die_with_agent)))
         # a coordinator we rejoin has not heard of our processes yet
-        return [ReportPeers()] if rejoined else []
+        return actions + ([ReportPeers()] if rejoined else [])
+
+    def tick(self, now: float, last_heard: float) -> list:
+        """Called every fraction of a heartbeat: beat when one is due; a
+        coordinator not heard from (any message) for the timeout is lost."""
+        if not self.linked or self.heartbeat <= 0:
+            return []
+        if self.heartbeat_timeout > 0 and now - last_heard > self.heartbeat_timeout:
+            return [DropLink(f"the coordinator was silent for {now - last_heard:.1f} s")]
+        if now < self.next_beat:
+            return []
+        self.next_beat = now + self.heartbeat
+        return [Send(messages.Heartbeat())]
 
     def coordinator_lost(self) -> list:
         """The link broke.  A round under way ends here, so that the program
@@ -250,6 +284,7 @@ class AgentMachine:
         if isinstance(msg, (messages.Matched, messages.Found, messages.Relay)):
             return [ToNetwork(msg)]
         if isinstance(msg, messages.Kill):
+            self.kill_requested = True
             return [KillTree()]
         return []
 
@@ -312,14 +347,21 @@ class AgentMachine:
             self.expect_pids = shim_pids
         return [Send(messages.Reached(state=State.CHECKPOINTED, ok=error is None, error=error))]
 
-    def tree_exited(self) -> list:
-        """The tree's root ended.  Images still waiting for the commit (a
-        tree stopped by its checkpoint) wait for it a while."""
+    def tree_exited(self, code: int | None) -> list:
+        """The tree's root ended (code: its exit code, -N for signal N):
+        the coordinator hears how, which tells an exit from a failure.
+        Images still waiting for the commit (a tree stopped by its
+        checkpoint) wait for it a while."""
+        actions: list = []
+        if self.linked:
+            actions.append(Send(messages.TreeEnded(
+                code=code if code is not None else 0, requested=self.kill_requested,
+                checkpointed=self.stopped_by_checkpoint)))
         if self.pending is None:
-            return []
+            return actions
         if not self.linked:
-            return self._drop_pending()
-        return [WaitForCommit(COMMIT_TIMEOUT)]
+            return actions + self._drop_pending()
+        return actions + [WaitForCommit(COMMIT_TIMEOUT)]
 
     def commit_timed_out(self) -> list:
         return self._drop_pending()

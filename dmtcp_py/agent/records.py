@@ -35,11 +35,13 @@ UNPARKED = 15
 CKPT_REQUEST = 16
 CKPT_REQUESTED = 17
 DONE = 18
+FATE = 19
 
 DONE_FAILED = 1 << 32      # DONE's arg: | this when the generation failed
 RESUME_RESTORED = 1 << 32  # RESUME's arg: | this after a restart
 PARK_LEADER = 1 << 32      # PARKED_FD's arg: | this when the process leads the socket
 PARK_MAX = 16384           # the most sockets one PARK may name
+FATE_GRACE_MS = 3000       # FATE 1: a process whose agent went away waits this long
 
 
 def pack(type_: int, arg: int = 0) -> bytes:

@@ -12,6 +12,7 @@ import importlib
 import logging
 import os
 import signal
+import time
 from pathlib import Path
 
 from dmtcp_py.agent import machine as am
@@ -26,6 +27,7 @@ from dmtcp_py.agent.tree_work import TreeWork
 from dmtcp_py.errors import UserError
 from dmtcp_py.paths import hostname
 from dmtcp_py.protocol import messages
+from dmtcp_py.protocol.messages import ImageInfo
 
 log = logging.getLogger("agent")
 
@@ -35,6 +37,7 @@ REJOIN_EVERY = 1.0     # seconds between attempts to reach a coordinator that we
 # that ends sooner never pays it), and off the first checkpoint's, where it
 # would stop the program that much longer.
 WARM_UP_AFTER = 0.25
+BEATS_PER_PERIOD = 4   # the machine's tick, this many times per heartbeat
 CHECKPOINT_MODULES = ("pycriu",)
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -48,8 +51,11 @@ def _identity(cfg: AgentConfig) -> am.Identity:
     m = cfg.manifest
     if m is None:
         return am.Identity(cfg.tree_id, cfg.program)
+    image = ImageInfo(path=str(cfg.image), host=hostname(), tree_id=m.tree_id,
+                      program=m.program, bytes=m.total_bytes, processes=len(m.pids))
     return am.Identity(cfg.tree_id, cfg.program, restart_comp_id=m.comp_id,
-                       restart_generation=m.generation, restart_trees=m.num_trees)
+                       restart_generation=m.generation, restart_trees=m.num_trees,
+                       restart_image=image)
 
 
 class Agent:
@@ -62,7 +68,8 @@ class Agent:
         self.shims = ShimLink(name, on_change=lambda: self.peers.changed(),
                               owes_resume=self.machine.owes_resume,
                               resume_arg=self.machine.resume_arg,
-                              on_ckpt_request=self._ckpt_requested)
+                              on_ckpt_request=self._ckpt_requested,
+                              die_with_agent=lambda: self.machine.die_with_agent)
         self.peers = PeersReport(self.shims, self.link.send)
         self.net = Network(self.shims, self.link.send)
         self.work = TreeWork(cfg, shims=self.shims, net=self.net, tree=self.tree,
@@ -94,6 +101,7 @@ class Agent:
         # following the coordinator already while restoring: connections
         # find their peers through its names
         self._follower = asyncio.create_task(self._follow())
+        self._spawn(self._beat())
         loop.call_later(WARM_UP_AFTER, import_checkpoint_modules)
         if self.cfg.manifest is None:
             start.launch(self.cfg, self.tree, self.shims.address)
@@ -102,7 +110,7 @@ class Agent:
         await self.tree.exited.wait()
         await self.tree.wait_for_orphans()
         async with self.busy:  # let a reply to the coordinator go out first
-            await self._apply(self.machine.tree_exited())
+            await self._apply(self.machine.tree_exited(self.tree.exit_status))
         self._follower.cancel()
         self.tree.reap_all()
         while self._finishing:  # images are never left half published
@@ -169,6 +177,13 @@ class Agent:
             await self._follow()
             return
 
+    async def _beat(self) -> None:
+        """The machine's clock: heartbeats, and a coordinator gone silent."""
+        while not self.tree.exited.is_set():
+            period = self.machine.heartbeat / BEATS_PER_PERIOD if self.machine.heartbeat > 0 else 1.0
+            await asyncio.sleep(period)
+            await self._apply(self.machine.tick(time.monotonic(), self.link.last_heard))
+
     def _ckpt_requested(self, pid: int) -> None:
         log.info("pid %d asked for a checkpoint (dmtcp_checkpoint)", pid)
         self._spawn(self._apply(self.machine.ckpt_requested()))
@@ -212,6 +227,9 @@ class Agent:
                 self._follower = asyncio.create_task(self._rejoin())
             case am.ReportPeers():
                 self.peers.now()
+            case am.DropLink(why):
+                log.warning("%s; taking it for lost", why)
+                self.link.close()
             case _:
                 raise TypeError(f"unknown action {action!r}")
 

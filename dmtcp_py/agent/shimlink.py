@@ -20,6 +20,7 @@ from dmtcp_py.agent.records import (
     CHECKPOINT,
     CKPT_REQUEST,
     CKPT_REQUESTED,
+    FATE,
     HELLO,
     MAGIC,
     PARK,
@@ -111,7 +112,8 @@ class ShimLink:
     def __init__(self, name: str, on_change: Callable[[], None] = lambda: None,
                  owes_resume: Callable[[bool], bool] = lambda suspended: False,
                  resume_arg: Callable[[], int] = lambda: 0,
-                 on_ckpt_request: Callable[[int], None] = lambda pid: None) -> None:
+                 on_ckpt_request: Callable[[int], None] = lambda pid: None,
+                 die_with_agent: Callable[[], bool] = lambda: False) -> None:
         self.name = name
         self.shims: set[Shim] = set()
         self._on_change = on_change
@@ -123,6 +125,7 @@ class ShimLink:
         self._owes_resume = owes_resume
         self._resume_arg = resume_arg            # what a RESUME tells the process
         self._on_ckpt_request = on_ckpt_request  # a program's dmtcp_checkpoint()
+        self._die_with_agent = die_with_agent    # what FATE tells each process
 
     @property
     def address(self) -> str:
@@ -196,6 +199,8 @@ class ShimLink:
                 if type_ == HELLO:
                     self.shims.add(shim)
                     self._notify()
+                    if self._die_with_agent():
+                        await _send(sock, pack(FATE, 1))
                     if self._owes_resume(bool(arg)):
                         log.warning("pid %d came back suspended after the checkpoint; resuming it", pid)
                         await _send(sock, pack(RESUME, self._resume_arg()))

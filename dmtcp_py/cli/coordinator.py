@@ -15,7 +15,7 @@ import click
 
 from dmtcp_py import __version__, logs
 from dmtcp_py.cli.base import CONTEXT, coord_port_option, run
-from dmtcp_py.coordinator import console
+from dmtcp_py.coordinator import console, recovery
 from dmtcp_py.coordinator.machine import CoordinatorMachine
 from dmtcp_py.coordinator.server import CoordinatorServer
 from dmtcp_py.errors import UserError
@@ -37,26 +37,70 @@ from dmtcp_py.paths import token_file
 @click.option("--exit-on-last", is_flag=True, help="Exit when the last process exits.")
 @click.option("--exit-after-ckpt", is_flag=True,
               help="Stop the computation after its next checkpoint, then exit.")
+@click.option("--auto-restart", is_flag=True, envvar="DMTCP_AUTO_RESTART",
+              help="When a tree is lost (its program killed by a signal, its agent or host "
+                   "gone), stop the others and restart all from the newest complete "
+                   "checkpoint [env DMTCP_AUTO_RESTART=1].")
+@click.option("--max-restarts", type=click.IntRange(min=0), default=recovery.MAX_RESTARTS,
+              show_default=True, envvar="DMTCP_MAX_RESTARTS", metavar="N",
+              help="Give up after N restart attempts [env DMTCP_MAX_RESTARTS].")
+@click.option("--hosts", metavar="H1,H2,...|@FILE", envvar="DMTCP_HOSTS",
+              help="Hosts the computation may use; those without trees are spares for "
+                   "the trees of a lost host (a file: one host per line) [env DMTCP_HOSTS].")
+@click.option("--heartbeat", type=click.FloatRange(min=0), default=recovery.HEARTBEAT,
+              show_default=True, envvar="DMTCP_HEARTBEAT", metavar="SECONDS",
+              help="Seconds between heartbeats with the agents; 0: none "
+                   "[env DMTCP_HEARTBEAT].")
+@click.option("--heartbeat-timeout", type=click.FloatRange(min=0),
+              default=recovery.HEARTBEAT_TIMEOUT, show_default=True,
+              envvar="DMTCP_HEARTBEAT_TIMEOUT", metavar="SECONDS",
+              help="An agent (or coordinator) silent this long is lost "
+                   "[env DMTCP_HEARTBEAT_TIMEOUT].")
 @click.option("--daemon", is_flag=True, help="Run in the background (no console).")
 @click.option("-q", "--quiet", is_flag=True, help="Print no progress messages.")
 @click.version_option(__version__, "--version")
 def cli(coord_port, listen_host, port_file, ckptdir, interval, exit_on_last, exit_after_ckpt,
-        daemon, quiet):
+        auto_restart, max_restarts, hosts, heartbeat, heartbeat_timeout, daemon, quiet):
     """Coordinate checkpoints of every process tree launched against it.
 
     Console commands on standard input: c checkpoint, l list, s status,
     i N interval, k kill, q quit, h help.
     """
+    if heartbeat and heartbeat_timeout and heartbeat_timeout <= heartbeat:
+        raise UserError(f"--heartbeat-timeout ({heartbeat_timeout:g} s) must be longer than "
+                        f"--heartbeat ({heartbeat:g} s)")
+    policy = recovery.RecoveryPolicy(auto_restart=auto_restart, max_restarts=max_restarts,
+                                     heartbeat=heartbeat, heartbeat_timeout=heartbeat_timeout,
+                                     hosts=_hosts(hosts))
     ready_fd = _daemonize() if daemon else None
     token = os.environ.get("DMTCP_COORD_TOKEN") or _left_token(coord_port) \
         or secrets.token_hex(16)
     ckpt = Path(ckptdir).resolve() if ckptdir else None
     machine = CoordinatorMachine(uuid.uuid4().hex[:12], exit_on_last=exit_on_last,
                                  exit_after_ckpt=exit_after_ckpt, interval=interval,
-                                 now=time.monotonic(), ckptdir=str(ckpt) if ckpt else None)
+                                 now=time.monotonic(), ckptdir=str(ckpt) if ckpt else None,
+                                 policy=policy)
     server = CoordinatorServer(machine, token, host=listen_host, port=coord_port,
                                ckptdir=ckpt, quiet=quiet or daemon)
     return asyncio.run(_main(server, port_file, ready_fd, console_on=not daemon))
+
+
+def _hosts(spec: str | None) -> tuple[str, ...]:
+    """--hosts: h1,h2,... or @FILE (one host per line, # comments)."""
+    if not spec:
+        return ()
+    if spec.startswith("@"):
+        try:
+            text = Path(spec[1:]).read_text()
+        except OSError as exc:
+            raise UserError(f"--hosts: cannot read {spec[1:]}: {exc.strerror}") from None
+        words = [line.split("#", 1)[0].strip() for line in text.splitlines()]
+    else:
+        words = [w.strip() for w in spec.split(",")]
+    hosts = tuple(dict.fromkeys(w for w in words if w))
+    if not hosts:
+        raise UserError(f"--hosts {spec}: no host named")
+    return hosts
 
 
 def _left_token(port: int) -> str | None:

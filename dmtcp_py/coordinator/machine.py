@@ -9,12 +9,15 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from dmtcp_py.coordinator import recovery
 from dmtcp_py.coordinator.nameservice import NameService
+from dmtcp_py.coordinator.recovery import Failure, Phase, Recovery, RecoveryPolicy
 from dmtcp_py.protocol.messages import (
     Barrier,
     CkptRequest,
     Commit,
     GenerationDone,
+    Heartbeat,
     Hello,
     ImageInfo,
     Kill,
@@ -30,6 +33,7 @@ from dmtcp_py.protocol.messages import (
     Relay,
     Reply,
     Sockets,
+    TreeEnded,
     Welcome,
 )
 from dmtcp_py.protocol.states import State, next_state
@@ -62,6 +66,23 @@ class Notice:
 
 
 @dataclass(frozen=True)
+class CloseAgent:
+    """Close an agent's connection (it went silent); agent_left follows."""
+    agent_id: int
+
+
+@dataclass(frozen=True)
+class RestartGeneration:
+    """Recovery: run the restart of these images (the way the restart
+    script does), old host -> new host as placed; when the command ends,
+    restart_command_ended(attempt, ...) says so."""
+    generation: int
+    images: tuple[ImageInfo, ...]
+    placement: tuple[tuple[str, str], ...]
+    attempt: int
+
+
+@dataclass(frozen=True)
 class Shutdown:
     reason: str
 
@@ -79,6 +100,10 @@ class Agent:
     peers: int = 0
     procs: tuple[ProcInfo, ...] = ()
     external: tuple[str, ...] = ()  # connections leading outside, at the last drain
+    last_heard: float = 0.0         # any message counts as a heartbeat
+    ended: TreeEnded | None = None  # how its tree ended, as its agent said
+    dismissed: bool = False         # we told it to end (Kill): its going is no failure
+    silent: str | None = None       # dropped for silence: why
 
     def label(self) -> str:
         return f"{self.program}@{self.host} (agent pid {self.pid})"
@@ -117,7 +142,8 @@ class Round:
 class CoordinatorMachine:
     def __init__(self, comp_id: str, *, exit_on_last: bool = False,
                  exit_after_ckpt: bool = False, interval: float = 0.0,
-                 now: float = 0.0, ckptdir: str | None = None) -> None:
+                 now: float = 0.0, ckptdir: str | None = None,
+                 policy: RecoveryPolicy = RecoveryPolicy()) -> None:
         self.comp_id = comp_id
         self.ckptdir = ckptdir  # offered to trees that did not choose their own
         self.exit_on_last = exit_on_last
@@ -130,13 +156,25 @@ class CoordinatorMachine:
         self.names = NameService()
         self.interval = interval
         self._next_interval = now + interval if interval > 0 else None
+        self.policy = policy
+        self._next_beat = now
+        # the newest generation whose every tree's image is known (written
+        # by a checkpoint, or restarted from): what a recovery restarts
+        self.complete: GenerationComplete | None = None
+        self.recovery: Recovery | None = None
+        self.restarts = 0                   # recoveries that ended RUNNING
+        self.time_lost = 0.0                # seconds from failures to running again
+        self.last_failure: Failure | None = None
+        self.last_exit: dict | None = None  # a program that ended by itself
+        self.gave_up: str | None = None     # why auto-restart stopped trying
+        self._silent_hosts: set[str] = set()
 
     # ---- agents ----------------------------------------------------------
 
     def agent_joined(self, agent_id: int, hello: Hello, now: float) -> list:
         """hello was checked by the server (token, version, role)."""
         agent = Agent(agent_id, hello.host, hello.pid, hello.program, hello.tree_id,
-                      State.RESTARTING if hello.restart else State.RUNNING)
+                      State.RESTARTING if hello.restart else State.RUNNING, last_heard=now)
         actions: list = []
         if hello.restart:
             refusal = self._admit_restart(agent, hello, now)
@@ -148,9 +186,13 @@ class CoordinatorMachine:
                 return [SendAgent(agent_id, Refused(error=refusal))]
         self.agents[agent_id] = agent
         self._ever_had_agents = True
+        if hello.restart and hello.image is not None and self.round is not None:
+            self.round.images[agent_id] = hello.image
+        pol = self.policy
         actions.append(SendAgent(agent_id, Welcome(
             comp_id=self.comp_id, agent_id=agent_id, generation=self.generation,
-            ckptdir=self.ckptdir)))
+            ckptdir=self.ckptdir, heartbeat=pol.heartbeat,
+            heartbeat_timeout=pol.heartbeat_timeout, auto_restart=pol.auto_restart)))
         verb = "restarting" if hello.restart else "rejoined" if hello.rejoin else "joined"
         actions.append(Notice(f"{verb}: {agent.label()}"))
         return actions
@@ -189,7 +231,13 @@ class CoordinatorMachine:
         agent = self.agents.pop(agent_id, None)
         if agent is None:
             return []
-        actions: list = [Notice(f"left: {agent.label()}")]
+        why = recovery.why_lost(agent.ended, dismissed=agent.dismissed, silent=agent.silent)
+        if why is None and agent.ended is not None and agent.ended.code >= 0 \
+                and not (agent.dismissed or agent.ended.requested or agent.ended.checkpointed):
+            self.last_exit = {"tree_id": agent.tree_id, "program": agent.program,
+                              "host": agent.host, "exit_code": agent.ended.code}
+        actions: list = [Notice(f"left: {agent.label()}"
+                                + (f": LOST, {why}" if why else ""))]
         self.names.agent_left(agent_id)
         rnd = self.round
         if rnd is not None and agent_id in rnd.participants:
@@ -206,8 +254,13 @@ class CoordinatorMachine:
             actions += self._send_all(self.names.participants_changed(rnd.participants))
             if self.round is rnd:
                 actions += self._maybe_advance(now)
+        if why is not None:
+            actions += self._lost(agent, why, now)
+        elif self.recovery is not None:
+            actions += self._recovery_step(now)
         # (_finish above may already have shut down for the last agent)
-        if not self.agents and self.round is None and self.exit_on_last and self._ever_had_agents \
+        if not self.agents and self.round is None and self.recovery is None \
+                and self.exit_on_last and self._ever_had_agents \
                 and not any(isinstance(a, Shutdown) for a in actions):
             actions.append(Shutdown("last process exited"))
         return actions
@@ -216,7 +269,13 @@ class CoordinatorMachine:
         agent = self.agents.get(agent_id)
         if agent is None:
             return []
+        agent.last_heard = now
         match msg:
+            case Heartbeat():
+                return []
+            case TreeEnded():
+                agent.ended = msg
+                return []
             case Peers():
                 agent.peers = msg.count
                 agent.procs = msg.procs
@@ -294,6 +353,8 @@ class CoordinatorMachine:
                            blocking: bool = False, stop: bool = False,
                            progress: bool = False) -> list:
         actions: list = []
+        if self.recovery is not None and self.round is None:
+            return self._reply(client_id, False, error="a recovery is in progress")
         if self.round is not None:
             if self.round.kind is RoundKind.RESTART:
                 return self._reply(client_id, False, error="a restart is in progress")
@@ -321,6 +382,11 @@ class CoordinatorMachine:
 
     def kill(self, client_id: int | None) -> list:
         kill = Kill()
+        if self.recovery is not None:
+            self.recovery = None
+            self.gave_up = "the computation was killed during a recovery"
+        for agent in self.agents.values():
+            agent.dismissed = True
         actions: list = [SendAgent(a, kill) for a in self.agents]
         actions += self._reply(client_id, True, killed=len(self.agents))
         return actions
@@ -334,23 +400,58 @@ class CoordinatorMachine:
         return self._reply(client_id, True, interval=self.interval)
 
     def tick(self, now: float) -> list:
-        """Called periodically: interval checkpoints."""
+        """Called periodically (several times per heartbeat): heartbeats,
+        silent agents, a recovery's deadline, interval checkpoints."""
+        actions = self._heartbeats(now)
+        actions += self._recovery_step(now)
+        rec = self.recovery
+        if rec is not None and rec.phase is Phase.RESTARTING \
+                and now - rec.started > self.policy.restart_timeout:
+            actions += self._restart_failed(
+                f"the restart did not finish within {self.policy.restart_timeout:g} s", now)
         if self._next_interval is not None and now >= self._next_interval:
             self._next_interval = now + self.interval
-            if self.round is None and self.agents:
-                return self.request_checkpoint(None, now)
-        return []
+            if self.round is None and self.agents and self.recovery is None:
+                actions += self.request_checkpoint(None, now)
+        return actions
+
+    def _heartbeats(self, now: float) -> list:
+        pol = self.policy
+        if pol.heartbeat <= 0:
+            return []
+        actions: list = []
+        if pol.heartbeat_timeout > 0:
+            for agent in self.agents.values():
+                if agent.silent is None and now - agent.last_heard > pol.heartbeat_timeout:
+                    agent.silent = (f"its host {agent.host} went silent (no heartbeat for "
+                                    f"{now - agent.last_heard:.1f} s)")
+                    self._silent_hosts.add(agent.host)
+                    actions += [Notice(f"{agent.label()}: {agent.silent}"),
+                                CloseAgent(agent.agent_id)]
+        if now >= self._next_beat:
+            self._next_beat = now + pol.heartbeat
+            beat = Heartbeat()
+            actions += [SendAgent(a, beat) for a, agent in self.agents.items()
+                        if agent.silent is None]
+        return actions
 
     def status(self) -> dict:
         return {
             "comp_id": self.comp_id,
             "num_peers": sum(a.peers for a in self.agents.values()),
             "num_trees": len(self.agents),
-            "running": bool(self.agents) and self.round is None,
+            "running": bool(self.agents) and self.round is None and self.recovery is None,
             "state": self.round.state.value if self.round else State.RUNNING.value,
             "generation": self.generation,
             "checkpoint_interval": self.interval,
             "last_checkpoint": self.last_checkpoint,
+            "auto_restart": self.policy.auto_restart,
+            "restarts": self.restarts,
+            "recovering": self.recovery.phase.value if self.recovery else None,
+            "last_failure": _failure_json(self.last_failure),
+            "time_lost": round(self.time_lost, 3),
+            "gave_up": self.gave_up,
+            "last_exit": self.last_exit,
         }
 
     def listing(self) -> list[dict]:
@@ -360,6 +461,112 @@ class CoordinatorMachine:
                  "tree_id": a.tree_id, "state": a.state.value, "peers": a.peers,
                  "procs": [_proc_row(p) for p in a.procs], "external": list(a.external)}
                 for a in self.agents.values()]
+
+    # ---- recovery (--auto-restart) ---------------------------------------------
+
+    def _lost(self, agent: Agent, why: str, now: float) -> list:
+        failure = Failure(agent.tree_id, agent.program, agent.host, why, now)
+        self.last_failure = failure
+        if not self.policy.auto_restart:
+            return []
+        if self.recovery is not None:
+            # lost while recovering: a tree of the restart (its round fails
+            # and is tried again) or one being stopped anyway
+            return [Notice(f"recovery: also lost {failure.describe()}"),
+                    *self._recovery_step(now)]
+        if self.gave_up is not None:
+            return []
+        if self.complete is None:
+            return [Notice(f"not restarting {agent.label()}: no complete checkpoint yet")]
+        self.recovery = Recovery(failure, Phase.STOPPING, now)
+        if why == recovery.AGENT_VANISHED:
+            self.recovery.not_before = now + recovery.AGENT_LOSS_DELAY
+        return [Notice(f"recovery: lost {failure.describe()}; stopping the other "
+                       f"{len(self.agents)} trees")] + self._recovery_step(now)
+
+    def _recovery_step(self, now: float) -> list:
+        """STOPPING: tell every tree left to end (once; a checkpoint under
+        way fails, the last good generation stays); when all are gone and
+        that round is over, restart the newest complete generation."""
+        rec = self.recovery
+        if rec is None or rec.phase is not Phase.STOPPING:
+            return []
+        kill = Kill()
+        actions: list = []
+        for agent in self.agents.values():
+            if not agent.dismissed:
+                agent.dismissed = True
+                actions.append(SendAgent(agent.agent_id, kill))
+        if self.agents or self.round is not None or now < rec.not_before:
+            return actions  # (tick comes back for not_before)
+        if rec.attempt >= self.policy.max_restarts:
+            return actions + self._give_up(
+                f"gave up after {rec.attempt} restart attempts "
+                f"(--max-restarts {self.policy.max_restarts})")
+        assert self.complete is not None
+        images = self.complete.images
+        alive = {i.host for i in images} - self._silent_hosts
+        try:
+            placement = recovery.place(images, alive, self.policy.hosts)
+        except ValueError as exc:
+            return actions + self._give_up(str(exc))
+        rec.attempt += 1
+        rec.phase = Phase.RESTARTING
+        rec.started = now
+        rec.generation = self.complete.generation
+        rec.placement = placement
+        self.names.reset()
+        self.round = Round(RoundKind.RESTART, rec.generation, State.CHECKPOINTED, now,
+                           expected=len(images))
+        moved = [f"{old} -> {new}" for old, new in placement.items() if old != new]
+        return actions + [
+            Notice(f"recovery: restarting generation {rec.generation} ({len(images)} trees"
+                   + (f"; {', '.join(moved)}" if moved else "") + f"), attempt {rec.attempt}"),
+            RestartGeneration(rec.generation, images, tuple(sorted(placement.items())),
+                              rec.attempt)]
+
+    def restart_command_ended(self, attempt: int, error: str | None, now: float) -> list:
+        """The recovery's restart command ended: harmless once its trees
+        joined (it lives as long as they do); before that, the attempt failed."""
+        rec = self.recovery
+        if rec is None or rec.phase is not Phase.RESTARTING or rec.attempt != attempt:
+            return []
+        rnd = self.round
+        if error is None or (rnd is not None and rnd.participants
+                             and len(rnd.participants) >= rnd.expected):
+            return []
+        return self._restart_failed(error, now)
+
+    def _restart_failed(self, error: str, now: float) -> list:
+        rec = self.recovery
+        assert rec is not None
+        actions: list = [Notice(f"recovery: restart attempt {rec.attempt} failed: {error}")]
+        rnd = self.round
+        if rnd is not None and rnd.kind is RoundKind.RESTART:
+            self.round = None
+            actions += [SendAgent(a, Kill()) for a in sorted(rnd.participants)]
+            actions += [ReplyClient(c, Reply(ok=False, error=error)) for c in rnd.waiters]
+        rec.phase = Phase.STOPPING
+        return actions + self._recovery_step(now)
+
+    def _recovered(self, now: float) -> list:
+        rec = self.recovery
+        assert rec is not None
+        self.recovery = None
+        self.restarts += 1
+        lost = now - rec.failure.at
+        self.time_lost += lost
+        self._silent_hosts.clear()
+        return [Notice(f"recovery: running again from generation {rec.generation}, "
+                       f"{lost:.2f} s after the failure (restart {self.restarts})")]
+
+    def _give_up(self, why: str) -> list:
+        self.recovery = None
+        self.gave_up = why
+        actions: list = [Notice(f"recovery: {why}")]
+        if self.exit_on_last and not self.agents:
+            actions.append(Shutdown("auto-restart gave up"))
+        return actions
 
     # ---- barrier engine ------------------------------------------------------
 
@@ -408,8 +615,9 @@ class CoordinatorMachine:
         actions: list = []
         # participants that left after publishing (--stop) keep their image here
         if not rnd.errors and rnd.participants <= rnd.images.keys():
-            actions.append(GenerationComplete(
-                rnd.generation, tuple(rnd.images[a] for a in sorted(rnd.images))))
+            self.complete = GenerationComplete(
+                rnd.generation, tuple(rnd.images[a] for a in sorted(rnd.images)))
+            actions.append(self.complete)
         return actions + self._finish(now)
 
     def _finish(self, now: float) -> list:
@@ -440,12 +648,21 @@ class CoordinatorMachine:
         else:
             actions.append(Notice(f"restart of generation {rnd.generation} "
                                   + ("done" if ok else f"FAILED: {info['error']}")))
+            if ok and len(rnd.images) >= rnd.expected:
+                self.complete = GenerationComplete(
+                    rnd.generation, tuple(rnd.images[a] for a in sorted(rnd.images)))
         if rnd.waiters:
             reply = Reply(ok=ok, error=error, body=body)
             actions += [ReplyClient(client, reply) for client in rnd.waiters]
         if checkpoint:  # processes waiting in dmtcp_checkpoint()
             done = GenerationDone(generation=rnd.generation, ok=ok)
             actions += [SendAgent(a, done) for a in sorted(rnd.participants) if a in self.agents]
+        if self.recovery is not None:
+            if not checkpoint and self.recovery.phase is Phase.RESTARTING:
+                actions += self._recovered(now) if ok else self._restart_failed(error or "", now)
+            else:  # a checkpoint under way when the tree was lost: now stop the rest
+                actions += self._recovery_step(now)
+            return actions
         if checkpoint and ok and self.exit_after_ckpt:
             actions.append(Shutdown("exit after checkpoint"))
         elif not self.agents and self.exit_on_last and self._ever_had_agents:
@@ -470,6 +687,13 @@ class CoordinatorMachine:
         if client_id is None:
             return []
         return [ReplyClient(client_id, Reply(ok=ok, error=error, body=body))]
+
+
+def _failure_json(failure: Failure | None) -> dict | None:
+    if failure is None:
+        return None
+    return {"tree_id": failure.tree_id, "program": failure.program, "host": failure.host,
+            "why": failure.why}
 
 
 def _proc_row(proc: ProcInfo) -> list:

@@ -7,12 +7,14 @@ import logging
 import time
 from pathlib import Path
 
-from dmtcp_py.coordinator import restart_script
+from dmtcp_py.coordinator import restart_script, restarter
 from dmtcp_py.coordinator.machine import (
+    CloseAgent,
     CoordinatorMachine,
     GenerationComplete,
     Notice,
     ReplyClient,
+    RestartGeneration,
     SendAgent,
     Shutdown,
 )
@@ -21,6 +23,8 @@ from dmtcp_py.protocol.messages import Cmd, Command, Hello, Message, Refused, Re
 
 log = logging.getLogger("coordinator")
 HELLO_TIMEOUT = 10.0
+TICK = 0.5            # the machine's clock, at most this far apart
+TICKS_PER_BEAT = 4    # and at least this often per heartbeat
 
 
 class CoordinatorServer:
@@ -36,6 +40,7 @@ class CoordinatorServer:
         self._conns: dict[int, _Connection] = {}
         self._ids = 0
         self._server: asyncio.base_events.Server | None = None
+        self._restarts: set[asyncio.Task] = set()  # recovery commands running
 
     async def start(self) -> int:
         loop = asyncio.get_running_loop()
@@ -55,8 +60,10 @@ class CoordinatorServer:
                 conn.close()
 
     async def _tick(self) -> None:
+        beat = self.machine.policy.heartbeat
+        period = min(TICK, beat / TICKS_PER_BEAT) if beat > 0 else TICK
         while True:
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(period)
             self.apply(self.machine.tick(time.monotonic()))
 
     # ---- connections -------------------------------------------------------
@@ -131,6 +138,12 @@ class CoordinatorServer:
                 self._write_restart_script(action)
             elif isinstance(action, Notice):
                 self.notice(action.text)
+            elif isinstance(action, CloseAgent):
+                conn = self._conns.get(action.agent_id)
+                if conn is not None:
+                    conn.close("silent")
+            elif isinstance(action, RestartGeneration):
+                self._start_restart(action)
             elif isinstance(action, Shutdown):
                 self.notice(f"exiting: {action.reason}")
                 self.shutdown.set()
@@ -145,6 +158,17 @@ class CoordinatorServer:
         if frame is None:
             frame = frames[id(message)] = messages.encode(message)
         return frame
+
+    def _start_restart(self, action: RestartGeneration) -> None:
+        def ended(attempt: int, error: str | None) -> None:
+            self.apply(self.machine.restart_command_ended(attempt, error, time.monotonic()))
+
+        self.notice(f"recovery: the restarted programs write to {restarter.output_path(self.port)}")
+        task = asyncio.get_running_loop().create_task(restarter.run(
+            action, comp_id=self.machine.comp_id, listen_host=self.host, port=self.port,
+            token=self.token, ended=ended))
+        self._restarts.add(task)
+        task.add_done_callback(self._restarts.discard)
 
     def notice(self, text: str) -> None:
         log.info("%s", text)

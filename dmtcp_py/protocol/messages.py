@@ -213,6 +213,7 @@ class Hello(Message):
     comp_id: str = ""          # restart and rejoin: the computation ...
     generation: int = _at_least(0, 0)  # ... and its generation
     num_trees: int = _at_least(1, 1)  # restart: trees of that generation
+    image: ImageInfo | None = None    # restart: the image it restores
 
 
 # coordinator -> peer, the answer to hello
@@ -223,6 +224,30 @@ class Welcome(Message):
     agent_id: int = _at_least(0)
     generation: int = _at_least(0, 0)
     ckptdir: str | None = None  # offered to trees that did not choose their own
+    # agents: a Heartbeat every `heartbeat` seconds (0: none); a coordinator
+    # silent for `heartbeat_timeout` seconds is taken for lost
+    heartbeat: float = _at_least(0.0, 0.0)
+    heartbeat_timeout: float = _at_least(0.0, 0.0)
+    # the coordinator restarts lost trees: a tree whose agent dies goes too
+    # (its shims end their processes), so that its restored copy can take
+    # its place
+    auto_restart: bool = False
+
+
+# agent <-> coordinator: still here (any message says as much)
+@_message("heartbeat")
+@dataclass(frozen=True)
+class Heartbeat(Message):
+    pass
+
+
+# agent -> coordinator, before it leaves: how its tree ended
+@_message("tree_ended")
+@dataclass(frozen=True)
+class TreeEnded(Message):
+    code: int                   # the program's exit code, or -N: killed by signal N
+    requested: bool = False     # killed on the coordinator's word (Kill)
+    checkpointed: bool = False  # ended by its checkpoint (--stop, -kc)
 
 
 @_message("refused")

@@ -35,6 +35,14 @@
  *
  *   agent -> DONE             the generation is complete (or failed): see
  *                             DMTCP_DONE_FAILED; no answer
+ *   agent -> FATE             arg 1: if the agent goes away (its
+ *                             connection breaks outside a checkpoint) and
+ *                             none answers within DMTCP_FATE_GRACE_MS, the
+ *                             process ends (SIGKILL): the coordinator
+ *                             restarts the tree from its image and the
+ *                             copy must not run on.  arg 0 (the default):
+ *                             the process runs on without checkpoints.  No
+ *                             answer
  *
  * A program's dmtcp_checkpoint() opens a connection of its own:
  *   shim  -> CKPT_REQUEST     agent answers CKPT_REQUESTED (arg 0: will
@@ -80,11 +88,15 @@ enum dmtcp_record_type {
     DMTCP_REC_CKPT_REQUEST = 16,
     DMTCP_REC_CKPT_REQUESTED = 17,
     DMTCP_REC_DONE = 18,
+    DMTCP_REC_FATE = 19,
 };
 
 /* DONE's arg (agent -> shim, no answer): the generation whose images are
  * all published, | DMTCP_DONE_FAILED if it failed instead */
 #define DMTCP_DONE_FAILED (1ull << 32)
+
+/* FATE arg 1: how long a process whose agent went away waits for one */
+#define DMTCP_FATE_GRACE_MS 3000
 
 /* RESUME's arg: the generation in the low 32 bits, then this flag */
 #define DMTCP_RESUME_RESTORED (1ull << 32)

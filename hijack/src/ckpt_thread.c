@@ -39,6 +39,18 @@ static pthread_mutex_t conn_lock = PTHREAD_MUTEX_INITIALIZER;
  * retrying, it lets its threads go. */
 #define ORPHANED_SUSPEND_MS 30000
 
+/* FATE 1 from the agent: the coordinator restarts lost trees, so a process
+ * whose agent went away ends instead of running on beside its restored
+ * copy.  agent_lost: the connection broke outside a checkpoint (a
+ * checkpoint's reconnect loop is no loss: the agent is dumping us). */
+static volatile int die_with_agent;
+static int agent_lost;
+
+static void end_orphaned_process(void)
+{
+    kill(getpid(), SIGKILL);
+}
+
 static void release_threads(void)
 {
     fdowner_restore();
@@ -53,6 +65,8 @@ static int connect_with_backoff(void)
     for (;;) {
         if (suspend_active() && waited >= ORPHANED_SUSPEND_MS)
             release_threads();
+        if (agent_lost && die_with_agent && waited >= DMTCP_FATE_GRACE_MS)
+            end_orphaned_process();
         pthread_mutex_lock(&conn_lock);
         if (first_fd >= 0) {
             fd = channel_connect_fd(first_fd);
@@ -63,8 +77,10 @@ static int connect_with_backoff(void)
         if (fd >= 0)
             channel_set_agent_fd(fd);
         pthread_mutex_unlock(&conn_lock);
-        if (fd >= 0)
+        if (fd >= 0) {
+            agent_lost = 0;
             return fd;
+        }
         pause_ms(step);
         waited += step;
         /* fast while a dump or restore is likely to be finishing, then
@@ -140,12 +156,16 @@ static void serve(int fd)
         case DMTCP_REC_DONE:
             api_generation_done(rec.arg);
             break;
+        case DMTCP_REC_FATE:
+            die_with_agent = rec.arg == 1;
+            break;
         default:
             break; /* newer agent: ignore what we do not know */
         }
     }
 out:
     /* the agent is gone in the middle: never leave the program stopped */
+    agent_lost = 1;
     release_threads();
     pthread_mutex_lock(&conn_lock);
     channel_set_agent_fd(-1);

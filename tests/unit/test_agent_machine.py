@@ -10,6 +10,7 @@ from dmtcp_py.agent.machine import (
     AgentMachine,
     Discard,
     DoWork,
+    DropLink,
     GiveBack,
     Identity,
     KillTree,
@@ -217,16 +218,17 @@ def test_the_agent_exits_with_the_programs_status_otherwise():
 def test_a_tree_that_ends_with_images_waiting_waits_for_the_commit_a_while():
     m = fresh()
     go_through(m, ROUND[:4], stop=True)
-    assert m.tree_exited() == [WaitForCommit(COMMIT_TIMEOUT)]
+    ended = Send(messages.TreeEnded(code=-9, checkpointed=True))
+    assert m.tree_exited(-9) == [ended, WaitForCommit(COMMIT_TIMEOUT)]
     assert m.commit_timed_out() == [Discard(1, "images-1")]
-    assert m.tree_exited() == [] and m.commit_timed_out() == []
+    assert m.tree_exited(-9) == [ended] and m.commit_timed_out() == []
 
 
 def test_a_tree_that_ends_after_its_commit_has_nothing_to_wait_for():
     m = fresh()
     go_through(m, ROUND[:4], stop=True)
     m.on_message(messages.Commit(generation=1, ok=True))
-    assert m.tree_exited() == []
+    assert m.tree_exited(-9) == [Send(messages.TreeEnded(code=-9, checkpointed=True))]
 
 
 # ---- restart --------------------------------------------------------------------------------
@@ -334,7 +336,7 @@ def test_images_of_a_tree_that_ended_without_a_coordinator_are_dropped_at_once()
     m = fresh()
     go_through(m, ROUND[:4], stop=True)
     m.linked = False  # the link broke while the stopped tree was ending
-    assert m.tree_exited() == [Discard(1, "images-1")]
+    assert m.tree_exited(-9) == [Discard(1, "images-1")]
 
 
 # ---- other messages ------------------------------------------------------------------------------
@@ -468,3 +470,58 @@ def test_every_agent_of_a_round_whose_coordinator_died_runs_again():
         assert agent.state is State.SUSPENDED and not agent.running
         assert agent.coordinator_lost() == [GiveBack(frozenset(), 0), Rejoin()]
         assert agent.running
+
+
+# ---- how the tree ended; heartbeats ------------------------------------------------------------
+
+@pytest.mark.parametrize("code", [0, 3, -9, -11])
+def test_the_coordinator_hears_how_the_tree_ended(code):
+    m = fresh()
+    assert m.tree_exited(code) == [Send(messages.TreeEnded(code=code))]
+
+
+def test_a_tree_killed_on_the_coordinators_word_says_so():
+    m = fresh()
+    assert m.on_message(messages.Kill()) == [KillTree()]
+    assert m.tree_exited(-15) == [Send(messages.TreeEnded(code=-15, requested=True))]
+
+
+def test_heartbeats_go_out_as_the_welcome_asks():
+    m = AgentMachine(Identity("t1", "prog"))
+    m.welcomed(messages.Welcome(comp_id="c", agent_id=1, heartbeat=1.0, heartbeat_timeout=5.0))
+    assert m.tick(100.0, last_heard=100.0) == [Send(messages.Heartbeat())]
+    assert m.tick(100.5, last_heard=100.0) == []
+    assert m.tick(101.0, last_heard=100.2) == [Send(messages.Heartbeat())]
+
+
+def test_a_silent_coordinator_is_dropped():
+    m = AgentMachine(Identity("t1", "prog"))
+    m.welcomed(messages.Welcome(comp_id="c", agent_id=1, heartbeat=1.0, heartbeat_timeout=5.0))
+    actions = m.tick(106.0, last_heard=100.0)
+    assert len(actions) == 1 and isinstance(actions[0], DropLink)
+    assert "silent for 6.0 s" in actions[0].why
+
+
+def test_no_heartbeats_without_a_coordinator_or_when_it_asks_for_none():
+    m = AgentMachine(Identity("t1", "prog"))
+    assert m.tick(100.0, last_heard=0.0) == []            # not linked
+    m.welcomed(messages.Welcome(comp_id="c", agent_id=1))  # heartbeat 0
+    assert m.tick(100.0, last_heard=0.0) == []
+
+
+def test_auto_restart_makes_the_processes_die_with_their_agent():
+    m = AgentMachine(Identity("t1", "prog"))
+    assert m.welcomed(messages.Welcome(comp_id="c", agent_id=1, auto_restart=True)) == [
+        TellShims(records.FATE, 1)]
+    assert m.die_with_agent
+    m.coordinator_lost()
+    # a coordinator without it: the processes run on if we go
+    assert m.welcomed(messages.Welcome(comp_id="c", agent_id=2)) == [
+        TellShims(records.FATE, 0), ReportPeers()]
+
+
+def test_a_restarting_agent_names_its_image_in_hello():
+    image = messages.ImageInfo(path="/ck/ckpt_p_t1.dmtcp", host="h", tree_id="t1", program="p")
+    m = AgentMachine(Identity("t1", "p", restart_comp_id="comp-1", restart_generation=2,
+                              restart_image=image))
+    assert m.hello("tok", "h", 1).image == image

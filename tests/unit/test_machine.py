@@ -5,6 +5,7 @@ import dataclasses
 
 import pytest
 
+from dmtcp_py.coordinator.recovery import RecoveryPolicy
 from dmtcp_py.coordinator.machine import (CoordinatorMachine, GenerationComplete, Notice,
                                           ReplyClient, RoundKind, SendAgent, Shutdown)
 from dmtcp_py.listing import proc_lines
@@ -94,6 +95,8 @@ class Sim:
 
     def __init__(self, agents: int = 0, comp_id: str = COMP, now: float = 0.0, **options):
         self.now = now
+        # heartbeats only where a test asks for them (its own policy)
+        options.setdefault("policy", RecoveryPolicy(heartbeat=0))
         self.m = CoordinatorMachine(comp_id, now=now, **options)
         self.log: list = []
         self._next_id = 0
@@ -819,7 +822,8 @@ def test_status_counts():
     assert sim.m.status() == {
         "comp_id": "c1", "num_peers": 0, "num_trees": 0, "running": False,
         "state": "RUNNING", "generation": 0, "checkpoint_interval": 0.0,
-        "last_checkpoint": None}
+        "last_checkpoint": None, "auto_restart": False, "restarts": 0, "recovering": None,
+        "last_failure": None, "time_lost": 0.0, "gave_up": None, "last_exit": None}
     sim.join(3)
     assert sim.send(1, peers(3)) == []
     sim.send(2, peers(2))
