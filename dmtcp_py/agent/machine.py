@@ -342,6 +342,8 @@ class AgentMachine:
                  error: str | None = None) -> list:
         """CRIU restored the tree (or could not): the restart joins the
         protocol at CHECKPOINTED."""
+        if error is None and self.kill_requested:
+            return [KillTree()]  # the Kill came while CRIU restored: nothing to kill then
         if error is None:
             self.state = State.CHECKPOINTED
             self.expect_pids = shim_pids

@@ -71,6 +71,10 @@ def _our_terminal() -> int:
                     "(under `script -qc` for a batch job)")
 
 
+def _mode(fd: int) -> int:
+    return stat.S_IMODE(os.fstat(fd).st_mode)
+
+
 def _kind_of(fd: int) -> str | None:
     try:
         st = os.fstat(fd)
@@ -124,9 +128,10 @@ def prepare(stdio: dict[str, dict], relay_dir) -> Handover:
             continue
         if kind is None:
             fd = os.open("/dev/null", os.O_RDWR)
-        elif desc["kind"] == "file" and kind != "file":
-            # CRIU takes a regular file only as a regular file: anything
-            # else here (a pipe, a socket, a terminal, /dev/null) is relayed
+        elif desc["kind"] == "file" and (kind != "file" or _mode(ours) != desc.get("mode", 0o644)):
+            # CRIU takes a regular file only as a regular file, and only
+            # with the mode it had: anything else here (a pipe, a socket, a
+            # terminal, /dev/null, a file of another mode) is relayed
             relay = FileRelay(relay_dir / f"stdio-{os.getpid()}-{ours}.out", ours,
                               desc.get("mode", 0o644))
             h.relays.append(relay)

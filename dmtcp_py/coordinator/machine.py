@@ -497,12 +497,14 @@ class CoordinatorMachine:
             if not agent.dismissed:
                 agent.dismissed = True
                 actions.append(SendAgent(agent.agent_id, kill))
-        if self.agents or self.round is not None or now < rec.not_before:
-            return actions  # (tick comes back for not_before)
+        if self.agents or self.round is not None:
+            return actions
         if rec.attempt >= self.policy.max_restarts:
             return actions + self._give_up(
                 f"gave up after {rec.attempt} restart attempts "
                 f"(--max-restarts {self.policy.max_restarts})")
+        if now < rec.not_before:
+            return actions  # tick comes back
         assert self.complete is not None
         images = self.complete.images
         alive = {i.host for i in images} - self._silent_hosts
@@ -547,6 +549,7 @@ class CoordinatorMachine:
             actions += [SendAgent(a, Kill()) for a in sorted(rnd.participants)]
             actions += [ReplyClient(c, Reply(ok=False, error=error)) for c in rnd.waiters]
         rec.phase = Phase.STOPPING
+        rec.not_before = now + recovery.RETRY_DELAY * rec.attempt
         return actions + self._recovery_step(now)
 
     def _recovered(self, now: float) -> list:

@@ -24,6 +24,7 @@ RESTART_TIMEOUT = 120.0   # a recovery's restart that has not finished by then f
 # shim's record header).  Its restored copy must not meet them (their pids,
 # their ports), so a restart after such a loss waits this long.
 AGENT_LOSS_DELAY = 4.0
+RETRY_DELAY = 1.0         # seconds before attempt N+1, times N: a failing restart is not a busy loop
 
 
 @dataclass(frozen=True)

@@ -211,7 +211,9 @@ def test_a_failed_restart_is_tried_again_then_given_up():
         assert restart.attempt == attempt
         actions = sim.m.restart_command_ended(attempt, "image damaged", sim.now)
         if attempt < 3:
-            restart = the_restart(actions)
+            assert of_type(actions, RestartGeneration) == []   # not at once
+            sim.now += recovery.RETRY_DELAY * attempt
+            restart = the_restart(sim.tick(sim.now))
     assert of_type(actions, RestartGeneration) == []
     st = sim.m.status()
     assert "gave up after 3" in st["gave_up"] and st["recovering"] is None
@@ -229,8 +231,8 @@ def test_a_restart_that_never_finishes_times_out():
     actions = sim.tick(81.0)
     assert sent(actions, Kill)                      # the one that joined goes again
     assert sim.m.recovery.phase is recovery.Phase.STOPPING
-    actions = sim.leave(max(sim.m.agents))
-    assert the_restart(actions).attempt == 2
+    sim.leave(max(sim.m.agents))
+    assert the_restart(sim.tick(81.0 + recovery.RETRY_DELAY)).attempt == 2
 
 
 def test_a_command_that_ends_after_its_trees_joined_changes_nothing():
@@ -290,3 +292,10 @@ def test_after_an_agent_vanished_the_restart_waits_for_its_processes_to_end():
 def test_the_delay_outlasts_the_shims_grace():
     from dmtcp_py.agent import records
     assert recovery.AGENT_LOSS_DELAY > records.FATE_GRACE_MS / 1000
+
+
+def test_a_kill_that_comes_while_criu_restores_ends_the_restored_tree():
+    from dmtcp_py.agent.machine import AgentMachine, Identity, KillTree
+    m = AgentMachine(Identity("t1", "p", restart_comp_id="c", restart_generation=1))
+    assert m.on_message(Kill()) == [KillTree()]
+    assert m.restored(frozenset({5})) == [KillTree()]
