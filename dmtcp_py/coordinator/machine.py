@@ -232,10 +232,10 @@ class CoordinatorMachine:
         if agent is None:
             return []
         why = recovery.why_lost(agent.ended, dismissed=agent.dismissed, silent=agent.silent)
-        if why is None and agent.ended is not None and agent.ended.code >= 0 \
-                and not (agent.dismissed or agent.ended.requested or agent.ended.checkpointed):
+        code = recovery.own_exit(agent.ended, dismissed=agent.dismissed)
+        if code is not None:
             self.last_exit = {"tree_id": agent.tree_id, "program": agent.program,
-                              "host": agent.host, "exit_code": agent.ended.code}
+                              "host": agent.host, "exit_code": code}
         actions: list = [Notice(f"left: {agent.label()}"
                                 + (f": LOST, {why}" if why else ""))]
         self.names.agent_left(agent_id)
@@ -516,7 +516,6 @@ class CoordinatorMachine:
         rec.phase = Phase.RESTARTING
         rec.started = now
         rec.generation = self.complete.generation
-        rec.placement = placement
         self.names.reset()
         self.round = Round(RoundKind.RESTART, rec.generation, State.CHECKPOINTED, now,
                            expected=len(images))
@@ -545,8 +544,8 @@ class CoordinatorMachine:
         actions: list = [Notice(f"recovery: restart attempt {rec.attempt} failed: {error}")]
         rnd = self.round
         if rnd is not None and rnd.kind is RoundKind.RESTART:
+            # its trees that joined are stopped with the rest (_recovery_step)
             self.round = None
-            actions += [SendAgent(a, Kill()) for a in sorted(rnd.participants)]
             actions += [ReplyClient(c, Reply(ok=False, error=error)) for c in rnd.waiters]
         rec.phase = Phase.STOPPING
         rec.not_before = now + recovery.RETRY_DELAY * rec.attempt
@@ -618,8 +617,7 @@ class CoordinatorMachine:
         actions: list = []
         # participants that left after publishing (--stop) keep their image here
         if not rnd.errors and rnd.participants <= rnd.images.keys():
-            self.complete = GenerationComplete(
-                rnd.generation, tuple(rnd.images[a] for a in sorted(rnd.images)))
+            self.complete = _complete(rnd)
             actions.append(self.complete)
         return actions + self._finish(now)
 
@@ -652,8 +650,7 @@ class CoordinatorMachine:
             actions.append(Notice(f"restart of generation {rnd.generation} "
                                   + ("done" if ok else f"FAILED: {info['error']}")))
             if ok and len(rnd.images) >= rnd.expected:
-                self.complete = GenerationComplete(
-                    rnd.generation, tuple(rnd.images[a] for a in sorted(rnd.images)))
+                self.complete = _complete(rnd)
         if rnd.waiters:
             reply = Reply(ok=ok, error=error, body=body)
             actions += [ReplyClient(client, reply) for client in rnd.waiters]
@@ -690,6 +687,11 @@ class CoordinatorMachine:
         if client_id is None:
             return []
         return [ReplyClient(client_id, Reply(ok=ok, error=error, body=body))]
+
+
+def _complete(rnd: Round) -> GenerationComplete:
+    """The round's generation with its trees' images, in agent order."""
+    return GenerationComplete(rnd.generation, tuple(rnd.images[a] for a in sorted(rnd.images)))
 
 
 def _failure_json(failure: Failure | None) -> dict | None:

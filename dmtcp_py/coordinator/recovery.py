@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from dmtcp_py.protocol.messages import ImageInfo, TreeEnded
 
@@ -63,7 +63,6 @@ class Recovery:
     attempt: int = 0
     not_before: float = 0.0   # no restart before then (AGENT_LOSS_DELAY)
     generation: int = 0
-    placement: dict[str, str] = field(default_factory=dict)  # old host -> new host
 
 
 def signal_name(number: int) -> str:
@@ -93,6 +92,14 @@ def why_lost(ended: TreeEnded | None, *, dismissed: bool, silent: str | None) ->
 
 
 AGENT_VANISHED = "its agent disappeared"
+
+
+def own_exit(ended: TreeEnded | None, *, dismissed: bool) -> int | None:
+    """The exit code of a program that ended by itself (no failure, and
+    not on anyone's word); None for any other end."""
+    if ended is None or dismissed or ended.requested or ended.checkpointed or ended.code < 0:
+        return None
+    return ended.code
 
 
 def place(images: tuple[ImageInfo, ...], alive: set[str], hosts: tuple[str, ...]) -> dict[str, str]:

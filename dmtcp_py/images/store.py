@@ -1,8 +1,9 @@
 """Atomic publication of generations in the checkpoint directory.
 
 A generation is written into a hidden partial directory, its files are
-made durable (integrity.seal does it while hashing them), and only then does it take the image's name, by an atomic exchange
-with the previous generation (renameat2 RENAME_EXCHANGE).  At every instant
+made durable (integrity.seal does it while hashing them), and only then
+does it take the image's name, by an atomic exchange with the previous
+generation (renameat2 RENAME_EXCHANGE).  At every instant
 `ckpt_<program>_<id>.dmtcp` is a complete generation; the previous one is
 kept beside it as `ckpt_<program>_<id>.dmtcp.gen-<N>`.
 """
