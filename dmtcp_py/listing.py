@@ -20,7 +20,7 @@ def status_lines(status: dict, *, last_checkpoint: bool = True) -> list[str]:
     lines = [f"NUM_PEERS={status['num_peers']}",
              f"RUNNING={'yes' if status['running'] else 'no'}",
              f"GENERATION={status['generation']}",
-             f"CKPT_INTERVAL={status['checkpoint_interval']:g}"]
+             f"CKPT_INTERVAL={_interval_text(status)}"]
     last = status.get("last_checkpoint")
     if last_checkpoint and last:
         lines.append(f"LAST_CKPT=generation {last['generation']} "
@@ -33,6 +33,10 @@ def status_lines(status: dict, *, last_checkpoint: bool = True) -> list[str]:
             lines.append(f"RECOVERING={status['recovering']}")
         if status.get("gave_up"):
             lines.append(f"GAVE_UP={status['gave_up']}")
+    if status.get("replicas"):
+        lines.append(f"REPLICAS={status['replicas']} "
+                     f"({status.get('replicated_trees', 0)} of {status.get('num_trees', 0)} "
+                     "trees copied)")
     failure = status.get("last_failure")
     if failure:
         lines.append(f"LAST_FAILURE={failure['program']}@{failure['host']} "
@@ -42,6 +46,13 @@ def status_lines(status: dict, *, last_checkpoint: bool = True) -> list[str]:
         lines.append(f"LAST_EXIT={ended['program']}@{ended['host']} "
                      f"(tree {ended['tree_id']}) exited with status {ended['exit_code']}")
     return lines
+
+
+def _interval_text(status: dict) -> str:
+    """The interval as given (e.g. 30), or as the coordinator chose it
+    (e.g. 6.3 (auto): a chosen one is not to the millisecond)."""
+    seconds = status['checkpoint_interval']
+    return f"{seconds:.1f} (auto)" if status.get("interval_auto") else f"{seconds:g}"
 
 
 def proc_lines(procs: list) -> list[str]:

@@ -127,6 +127,13 @@ class KillTree:
 
 
 @dataclass(frozen=True)
+class AbandonRestart:
+    """A restart that cannot finish: kill the restored tree (or the one
+    CRIU is restoring, once it is there); the agent then ends with `why`."""
+    why: str
+
+
+@dataclass(frozen=True)
 class ToNetwork:
     """A message for the connections' side of the agent (network.py)."""
     message: messages.Message
@@ -147,6 +154,20 @@ class DropLink:
     """The coordinator has been silent too long: close the link (what
     follows is as if it had closed it: coordinator_lost)."""
     why: str
+
+
+@dataclass(frozen=True)
+class ServeReplicas:
+    """Take copies of other hosts' images (then replica_service)."""
+
+
+@dataclass(frozen=True)
+class CopyImage:
+    """Copy a published image to each target (then replica_copied, once
+    per target)."""
+    generation: int
+    path: str
+    targets: tuple[messages.ReplicaTarget, ...]
 
 
 @dataclass(frozen=True)
@@ -200,6 +221,14 @@ class AgentMachine:
     # the coordinator restarts lost trees: our processes end if we do
     die_with_agent: bool = False
     kill_requested: bool = False             # the coordinator said Kill
+    # why a restart was given up before its release (its coordinator went
+    # away): the agent's one-line error once its tree is gone
+    abandoned: str | None = None
+    # the first process of the tree a failure signal killed (its parent or
+    # its subreaper saw it), told with the tree's end
+    killed: messages.KilledProcess | None = None
+    # where we take replicas (--replicas), once we listen
+    replica_service: messages.ReplicaService | None = None
 
     def __post_init__(self) -> None:
         restarting = self.identity.restart_comp_id is not None
@@ -239,6 +268,10 @@ class AgentMachine:
         if welcome.auto_restart != self.die_with_agent:
             self.die_with_agent = welcome.auto_restart
             actions.append(TellShims(records.FATE, int(self.die_with_agent)))
+        if welcome.replicas > 0:
+            # (a coordinator we rejoin hears again where we listen)
+            actions.append(Send(self.replica_service) if self.replica_service
+                           else ServeReplicas())
         # a coordinator we rejoin has not heard of our processes yet
         return actions + ([ReportPeers()] if rejoined else [])
 
@@ -257,8 +290,17 @@ class AgentMachine:
     def coordinator_lost(self) -> list:
         """The link broke.  A round under way ends here, so that the program
         never stays stopped: images dumped for it are dropped, sockets and
-        threads given back.  Then the coordinator's address is tried again."""
+        threads given back.  Then the coordinator's address is tried again.
+        A restart not yet released is given up instead: it cannot finish
+        without its coordinator (its connections meet through it, its
+        release waits for every tree), and a half-restored tree must not
+        run on; the images, never written to by a restart, restart again."""
         self.linked = False
+        if self.restored_pending and not self.kill_requested:  # (a Kill ends it anyway)
+            self.abandoned = (f"the coordinator went away during the restart of generation "
+                              f"{self.generation}: the restored tree is killed; its images "
+                              "are intact, restart them again")
+            return self._drop_pending() + [AbandonRestart(self.abandoned)]
         actions: list = []
         if not self.running:
             actions += self._drop_pending()
@@ -286,7 +328,20 @@ class AgentMachine:
         if isinstance(msg, messages.Kill):
             self.kill_requested = True
             return [KillTree()]
+        if isinstance(msg, messages.Replicate):
+            return [CopyImage(msg.generation, msg.path, msg.targets)] if msg.targets else []
         return []
+
+    def replica_service_started(self, address: str, port: int) -> list:
+        self.replica_service = messages.ReplicaService(address=address, port=port)
+        return [Send(self.replica_service)] if self.linked else []
+
+    def replica_copied(self, generation: int, host: str, path: str = "",
+                       error: str | None = None) -> list:
+        if not self.linked:
+            return []  # the coordinator that asked is gone; a new one asks again
+        return [Send(messages.Replicated(generation=generation, host=host, path=path,
+                                         ok=error is None, error=error))]
 
     def _barrier(self, msg: messages.Barrier) -> list:
         try:
@@ -344,6 +399,8 @@ class AgentMachine:
         protocol at CHECKPOINTED."""
         if error is None and self.kill_requested:
             return [KillTree()]  # the Kill came while CRIU restored: nothing to kill then
+        if error is None and self.abandoned:
+            return [AbandonRestart(self.abandoned)]  # (so did the loss of the coordinator)
         if error is None:
             self.state = State.CHECKPOINTED
             self.expect_pids = shim_pids
@@ -351,14 +408,15 @@ class AgentMachine:
 
     def tree_exited(self, code: int | None) -> list:
         """The tree's root ended (code: its exit code, -N for signal N):
-        the coordinator hears how, which tells an exit from a failure.
+        the coordinator hears how, and of a process killed before it
+        (process_killed), which tells an exit from a failure.
         Images still waiting for the commit (a tree stopped by its
         checkpoint) wait for it a while."""
         actions: list = []
         if self.linked:
             actions.append(Send(messages.TreeEnded(
                 code=code if code is not None else 0, requested=self.kill_requested,
-                checkpointed=self.stopped_by_checkpoint)))
+                checkpointed=self.stopped_by_checkpoint, killed=self.killed)))
         if self.pending is None:
             return actions
         if not self.linked:
@@ -374,6 +432,15 @@ class AgentMachine:
         if self.stopped_by_checkpoint or tree_status is None:
             return 0
         return tree_status
+
+    def process_killed(self, pid: int, signum: int, core: bool = False, name: str = "?") -> list:
+        """A process of the tree was reaped killed by signum (core: it
+        dumped core).  The first one killed by a failure signal is kept:
+        whether the tree is lost depends on how its program ends."""
+        if self.killed is None and pid > 0 and records.failure_signal(signum, core):
+            self.killed = messages.KilledProcess(pid=int(pid), signal=int(signum),
+                                                 name=name or "?", core=bool(core))
+        return []
 
     def ckpt_requested(self) -> list:
         """A process called dmtcp_checkpoint()."""

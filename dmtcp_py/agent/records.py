@@ -1,13 +1,15 @@
 """The records of the shim link, as hijack/include/dmtcp_record.h defines
 them: the layout, the record types, the flags riding on an arg.
 
-Only constants and pack(): no I/O, no asyncio, so the agent's sans-IO
-machine and the tests use them as freely as shimlink.py does.  The C
-header is the reference (the conversation is documented there);
-tests/unit/test_records.py compiles it and checks every value here.
+Only constants, pack() and the arithmetic of an arg: no I/O, no asyncio,
+so the agent's sans-IO machine and the tests use them as freely as
+shimlink.py does.  The C header is the reference (the conversation is
+documented there); tests/unit/test_records.py compiles it and checks
+every value here.
 """
 from __future__ import annotations
 
+import signal
 import struct
 
 # struct dmtcp_record: magic, version, type, pid, ppid, arg; native byte
@@ -36,15 +38,40 @@ CKPT_REQUEST = 16
 CKPT_REQUESTED = 17
 DONE = 18
 FATE = 19
+CHILD_KILLED = 20
 
 DONE_FAILED = 1 << 32      # DONE's arg: | this when the generation failed
 RESUME_RESTORED = 1 << 32  # RESUME's arg: | this after a restart
 PARK_LEADER = 1 << 32      # PARKED_FD's arg: | this when the process leads the socket
 PARK_MAX = 16384           # the most sockets one PARK may name
 FATE_GRACE_MS = 3000       # FATE 1: a process whose agent went away waits this long
+# CHILD_KILLED's arg: pid | signal << KILLED_SIGNAL_SHIFT | KILLED_CORE
+KILLED_SIGNAL_SHIFT = 32
+KILLED_CORE = 1 << 40
+# the signals that kill a process by failure, one bit per signal number
+FAILURE_SIGNALS = sum(1 << s for s in (signal.SIGKILL, signal.SIGSEGV, signal.SIGBUS,
+                                       signal.SIGABRT, signal.SIGILL, signal.SIGFPE,
+                                       signal.SIGSYS))
 
 
 def pack(type_: int, arg: int = 0) -> bytes:
     """A record from the agent; its pid and ppid stay 0 (the shim reads
     neither)."""
     return RECORD.pack(MAGIC, VERSION, type_, 0, 0, arg)
+
+
+def failure_signal(signum: int, core: bool = False) -> bool:
+    """Whether a process killed by signum (core: it dumped core) died of a
+    failure, not of how programs end each other (SIGPIPE, SIGTERM...)."""
+    return core or (0 < signum < 64 and bool(FAILURE_SIGNALS >> signum & 1))
+
+
+def killed_arg(pid: int, signum: int, core: bool = False) -> int:
+    """CHILD_KILLED's arg, as the shim builds it."""
+    return ((pid & 0xFFFFFFFF) | (signum & 0xFF) << KILLED_SIGNAL_SHIFT
+            | (KILLED_CORE if core else 0))
+
+
+def killed_of(arg: int) -> tuple[int, int, bool]:
+    """(pid, signal, core) of CHILD_KILLED's arg."""
+    return (arg & 0xFFFFFFFF, arg >> KILLED_SIGNAL_SHIFT & 0xFF, bool(arg & KILLED_CORE))

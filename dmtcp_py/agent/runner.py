@@ -21,10 +21,11 @@ from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.link import CoordinatorLink
 from dmtcp_py.agent.network import Network
 from dmtcp_py.agent.peers import PeersReport
+from dmtcp_py.agent.replicas import ReplicaServer, send_copy
 from dmtcp_py.agent.shimlink import ShimLink
 from dmtcp_py.agent.tree import Tree, become_subreaper
 from dmtcp_py.agent.tree_work import TreeWork
-from dmtcp_py.errors import UserError
+from dmtcp_py.errors import ImageError, UserError
 from dmtcp_py.paths import hostname
 from dmtcp_py.protocol import messages
 from dmtcp_py.protocol.messages import ImageInfo
@@ -69,7 +70,10 @@ class Agent:
                               owes_resume=self.machine.owes_resume,
                               resume_arg=self.machine.resume_arg,
                               on_ckpt_request=self._ckpt_requested,
-                              die_with_agent=lambda: self.machine.die_with_agent)
+                              die_with_agent=lambda: self.machine.die_with_agent,
+                              on_child_killed=self._process_killed)
+        self.tree.on_killed = lambda pid, signum, core: self._process_killed(
+            pid, signum, core, self.shims.name_of(pid))
         self.peers = PeersReport(self.shims, self.link.send)
         self.net = Network(self.shims, self.link.send)
         self.work = TreeWork(cfg, shims=self.shims, net=self.net, tree=self.tree,
@@ -80,6 +84,7 @@ class Agent:
         self._tasks: set[asyncio.Task] = set()      # kept from the garbage collector
         self._finishing: set[asyncio.Task] = set()  # images being published or dropped
         self._follower: asyncio.Task | None = None
+        self.replicas: ReplicaServer | None = None
 
     # ---- entry -----------------------------------------------------------------
 
@@ -109,6 +114,7 @@ class Agent:
             await self._restore()
         await self.tree.exited.wait()
         await self.tree.wait_for_orphans()
+        await self.shims.settle()  # a parent's word of a killed child comes before the end
         async with self.busy:  # let a reply to the coordinator go out first
             await self._apply(self.machine.tree_exited(self.tree.exit_status))
         self._follower.cancel()
@@ -117,7 +123,11 @@ class Agent:
             await asyncio.gather(*self._finishing, return_exceptions=True)
         for relay in self.relays:
             relay.stop()
+        if self.replicas is not None:
+            self.replicas.close()
         self.link.close()
+        if self.machine.abandoned:
+            raise UserError(self.machine.abandoned)
         return self.machine.exit_code(self.tree.exit_status)
 
     async def _restore(self) -> None:
@@ -128,6 +138,8 @@ class Agent:
         except UserError as exc:
             await self._apply(self.machine.restored(error=str(exc)))
             self._follower.cancel()
+            if self.machine.abandoned:  # what failed followed from that
+                raise UserError(self.machine.abandoned) from None
             raise
         await self._apply(self.machine.restored(frozenset(m.shim_pids)))
 
@@ -184,6 +196,9 @@ class Agent:
             await asyncio.sleep(period)
             await self._apply(self.machine.tick(time.monotonic(), self.link.last_heard))
 
+    def _process_killed(self, pid: int, signum: int, core: bool, name: str) -> None:
+        self._spawn(self._apply(self.machine.process_killed(pid, signum, core, name)))
+
     def _ckpt_requested(self, pid: int) -> None:
         log.info("pid %d asked for a checkpoint (dmtcp_checkpoint)", pid)
         self._spawn(self._apply(self.machine.ckpt_requested()))
@@ -223,10 +238,18 @@ class Agent:
             case am.KillTree():
                 log.info("kill requested by the coordinator")
                 self.tree.kill()
+            case am.AbandonRestart(why):
+                log.error("%s", why)
+                self.tree.kill()
             case am.Rejoin():  # it follows the new link once it has one
                 self._follower = asyncio.create_task(self._rejoin())
             case am.ReportPeers():
                 self.peers.now()
+            case am.ServeReplicas():
+                await self._serve_replicas()
+            case am.CopyImage(generation, path, targets):
+                for target in targets:
+                    self._spawn(self._copy(generation, path, target))
             case am.DropLink(why):
                 log.warning("%s; taking it for lost", why)
                 self.link.close()
@@ -236,6 +259,29 @@ class Agent:
     async def _publish(self, generation: int, pending) -> None:
         error = await self.work.publish(pending)
         await self._apply(self.machine.published(generation, error))
+
+    async def _serve_replicas(self) -> None:
+        address = self.link.local_ip
+        self.replicas = ReplicaServer(self.cfg.token, lambda: self.cfg.ckptdir or Path.cwd())
+        try:
+            port = await self.replicas.start(address)
+        except OSError as exc:
+            log.error("cannot take replicas on %s: %s", address, exc.strerror or exc)
+            self.replicas = None
+            return
+        log.info("taking replicas on %s port %d", address, port)
+        await self._apply(self.machine.replica_service_started(address, port))
+
+    async def _copy(self, generation: int, path: str, target: messages.ReplicaTarget) -> None:
+        try:
+            where = await asyncio.to_thread(send_copy, Path(path), generation, target,
+                                            self.cfg.token)
+        except ImageError as exc:
+            log.warning("generation %d not copied to %s: %s", generation, target.host, exc)
+            await self._apply(self.machine.replica_copied(generation, target.host, error=str(exc)))
+            return
+        log.info("generation %d copied to %s:%s", generation, target.host, where)
+        await self._apply(self.machine.replica_copied(generation, target.host, where))
 
     def _spawn(self, coro, finishing: bool = False) -> None:
         tasks = self._finishing if finishing else self._tasks

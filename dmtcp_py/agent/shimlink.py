@@ -16,8 +16,10 @@ import struct
 from dataclasses import dataclass, field
 from typing import Callable
 
+from dmtcp_py import procfs
 from dmtcp_py.agent.records import (
     CHECKPOINT,
+    CHILD_KILLED,
     CKPT_REQUEST,
     CKPT_REQUESTED,
     FATE,
@@ -36,6 +38,7 @@ from dmtcp_py.agent.records import (
     UNPARK_FD,
     UNPARKED,
     VERSION,
+    killed_of,
     pack,
 )
 from dmtcp_py.sockio import wait_readable, wait_writable
@@ -43,6 +46,12 @@ from dmtcp_py.sockio import wait_readable, wait_writable
 log = logging.getLogger("agent.shimlink")
 
 _FD_SPACE = socket.CMSG_SPACE(4 * array.array("i").itemsize)
+# settle(): how long the connections made before the tree's end may take
+# to say their first record (each says it at once)
+SETTLE_TIMEOUT = 1.0
+# the names of this many processes that said hello are remembered (a
+# process's parent tells of its death once its connection is gone)
+NAMES_KEPT = 4096
 
 
 @dataclass(frozen=True)
@@ -113,7 +122,9 @@ class ShimLink:
                  owes_resume: Callable[[bool], bool] = lambda suspended: False,
                  resume_arg: Callable[[], int] = lambda: 0,
                  on_ckpt_request: Callable[[int], None] = lambda pid: None,
-                 die_with_agent: Callable[[], bool] = lambda: False) -> None:
+                 die_with_agent: Callable[[], bool] = lambda: False,
+                 on_child_killed: Callable[[int, int, bool, str], None]
+                 = lambda pid, signum, core, name: None) -> None:
         self.name = name
         self.shims: set[Shim] = set()
         self._on_change = on_change
@@ -126,6 +137,12 @@ class ShimLink:
         self._resume_arg = resume_arg            # what a RESUME tells the process
         self._on_ckpt_request = on_ckpt_request  # a program's dmtcp_checkpoint()
         self._die_with_agent = die_with_agent    # what FATE tells each process
+        # a process reaped a child a failure signal killed: (pid, signal,
+        # core, name), the name as the child said hello, else "?"
+        self._on_child_killed = on_child_killed
+        self._names: dict[int, str] = {}
+        # one per connection until its first record is read (settle())
+        self._first_records: set[asyncio.Future] = set()
 
     @property
     def address(self) -> str:
@@ -161,20 +178,56 @@ class ShimLink:
     def pids(self) -> list[int]:
         return sorted(s.pid for s in self.shims)
 
+    def name_of(self, pid: int) -> str:
+        """The command name of a process that said hello, or "?"."""
+        return self._names.get(pid, "?")
+
+    async def settle(self, timeout: float = SETTLE_TIMEOUT) -> None:
+        """Before the tree's end is told: what its processes said before
+        they ended is heard (a parent tells of a killed child, then exits).
+        The connections still in the backlog are taken, and each
+        connection's first record is read."""
+        listener = self._listener
+        while listener is not None:
+            try:
+                sock, _ = listener.accept()
+            except OSError:  # BlockingIOError: none left
+                break
+            self._open(sock)
+        if self._first_records:
+            await asyncio.wait(set(self._first_records), timeout=timeout)
+
     async def _accept(self, listener: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         while True:
             sock, _ = await loop.sock_accept(listener)
-            sock.setblocking(False)
-            asyncio.create_task(self._serve(sock))
+            self._open(sock)
 
-    async def _serve(self, sock: socket.socket) -> None:
+    def _open(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        first = asyncio.get_running_loop().create_future()
+        self._first_records.add(first)
+        first.add_done_callback(self._first_records.discard)
+        asyncio.create_task(self._serve(sock, first))
+
+    def _remember_name(self, pid: int) -> None:
+        comm = procfs.read(f"/proc/{pid}/comm")
+        if comm is None:
+            return
+        self._names.pop(pid, None)  # the newest last: the oldest go first
+        self._names[pid] = comm.rstrip("\n") or "?"
+        while len(self._names) > NAMES_KEPT:
+            del self._names[next(iter(self._names))]
+
+    async def _serve(self, sock: socket.socket, first: asyncio.Future) -> None:
         pid, _uid, _gid = struct.unpack("3i", sock.getsockopt(
             socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
         shim = Shim(pid, sock)
         try:
             while True:
                 data, passed = await _recv_record(sock)
+                if not first.done():
+                    first.set_result(None)
                 magic, version, type_, _p, _pp, arg = RECORD.unpack(data)
                 if magic != MAGIC or version != VERSION:
                     log.warning("pid %d sent a foreign record; dropping it", pid)
@@ -185,6 +238,14 @@ class ShimLink:
                     continue
                 if passed is not None:
                     os.close(passed)
+                if type_ == CHILD_KILLED and shim not in self.shims:
+                    # a wait wrapper, or the tree's init, on a connection
+                    # of its own: one record, then it closes
+                    child, signum, core = killed_of(arg)
+                    log.warning("pid %d reaped its child %d, killed by signal %d%s",
+                                pid, child, signum, " (core dumped)" if core else "")
+                    self._on_child_killed(child, signum, core, self.name_of(child))
+                    return
                 if type_ == CKPT_REQUEST and shim not in self.shims:
                     # dmtcp_checkpoint(): answer, and ask only once this
                     # connection is gone (it must not be in the dump)
@@ -197,6 +258,7 @@ class ShimLink:
                     self._on_ckpt_request(pid)
                     return
                 if type_ == HELLO:
+                    self._remember_name(pid)
                     self.shims.add(shim)
                     self._notify()
                     if self._die_with_agent():
@@ -211,6 +273,8 @@ class ShimLink:
         except (ConnectionError, OSError):
             pass
         finally:
+            if not first.done():
+                first.set_result(None)
             sock.close()
             for item in shim.parked:
                 item.sock.close()

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 
+from dmtcp_py import fault_injection
 from dmtcp_py.agent import criu_driver, stdio
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.network import Network
@@ -13,6 +14,7 @@ from dmtcp_py.agent.tree import Tree
 from dmtcp_py.errors import UserError
 from dmtcp_py.images import compress, shared_files, temp_files, written_files
 from dmtcp_py.paths import run_dir, shim_library, tool, tree_init
+from dmtcp_py.protocol.states import State
 
 log = logging.getLogger("agent")
 
@@ -81,4 +83,5 @@ async def restore(cfg: AgentConfig, tree: Tree, net: Network, reach_ip: str) -> 
         tree.hold_reaping = False
         handover.close_after_restore()
     log.info("restored %s (generation %d) as pid %d", image, m.generation, pid)
+    await fault_injection.hold(State.RESTARTING)  # restored, not yet reported
     return handover.relays

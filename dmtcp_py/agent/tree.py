@@ -10,6 +10,7 @@ import ctypes
 import logging
 import os
 import signal
+from typing import Callable
 
 import psutil
 
@@ -92,6 +93,8 @@ class Tree:
         self._hold = False
         self._pidfd: int | None = None
         self._child_ended = asyncio.Event()  # set at every SIGCHLD (reap_orphans)
+        # an orphan reaped here was killed by a signal: (pid, signal, core)
+        self.on_killed: Callable[[int, int, bool], None] = lambda pid, signum, core: None
 
     def spawn(self, path: str, argv: list[str], env: dict[str, str]) -> int:
         """posix_spawn: only fds 0-2 are inheritable in this process, so the
@@ -139,10 +142,13 @@ class Tree:
         for pid in children_of(os.getpid()):
             if pid == self.root_pid and not self.exited.is_set():
                 continue  # the root's end is _root_exited's to collect
+            found = _state_and_name(pid)  # (read while it is there to read)
             try:
-                os.waitpid(pid, os.WNOHANG)  # collects it only if it has ended
+                reaped, status = os.waitpid(pid, os.WNOHANG)  # only if it has ended
             except ChildProcessError:
-                pass
+                continue
+            if reaped and os.WIFSIGNALED(status) and (found is None or found[1] != "criu"):
+                self.on_killed(reaped, os.WTERMSIG(status), os.WCOREDUMP(status))
 
     def processes(self) -> list[psutil.Process]:
         """Every live process of the tree: the root's descendants and the

@@ -27,6 +27,30 @@ def coord_port_option(f, *, help_text="Coordinator port [env DMTCP_COORD_PORT]."
                         help=help_text)(f)
 
 
+AUTO = "auto"
+
+
+class IntervalType(click.ParamType):
+    """-i/--interval: seconds (0: off), or `auto` (the coordinator chooses
+    them from its checkpoints' cost and the failures it sees).  The value is
+    a float, or the string AUTO."""
+    name = "interval"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and value.strip().lower() == AUTO:
+            return AUTO
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is neither a number of seconds nor 'auto'", param, ctx)
+        if not (0 <= seconds < float("inf")):
+            self.fail(f"{value!r}: seconds must be a finite number >= 0", param, ctx)
+        return seconds
+
+
+INTERVAL = IntervalType()
+
+
 def run(name: str, command: click.Command, args: list[str] | None = None) -> int:
     """Run a click command; every failure is one line on stderr.  Returns
     the exit code."""

@@ -7,7 +7,7 @@ import sys
 import click
 
 from dmtcp_py import __version__
-from dmtcp_py.cli.base import CONTEXT, coord_host_option, coord_port_option, run
+from dmtcp_py.cli.base import AUTO, CONTEXT, INTERVAL, coord_host_option, coord_port_option, run
 from dmtcp_py.client import CoordinatorClient
 from dmtcp_py.errors import UserError
 from dmtcp_py.listing import proc_lines, status_lines
@@ -28,8 +28,9 @@ from dmtcp_py.protocol.messages import Cmd, Progress, Reply
 @click.option("-k", "--kill", "action", flag_value="kill", help="Kill the computation.")
 @click.option("-q", "--quit", "action", flag_value="quit",
               help="Kill the computation and the coordinator.")
-@click.option("-i", "--interval", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
-              help="Set the checkpoint interval (0 disables).")
+@click.option("-i", "--interval", type=INTERVAL, default=None, metavar="SECONDS|auto",
+              help="Set the checkpoint interval (0 disables; auto: the coordinator chooses "
+                   "it from its checkpoints' cost and the failures it sees).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (-s, -l).")
 @click.version_option(__version__, "--version")
 def cli(coord_host, coord_port, action, interval, as_json):
@@ -37,7 +38,7 @@ def cli(coord_host, coord_port, action, interval, as_json):
     if action is None and interval is not None:
         action = "interval"
     if action is None:
-        raise UserError("no command given: one of -s, -l, -c, -bc, -kc, -k, -q, -i N")
+        raise UserError("no command given: one of -s, -l, -c, -bc, -kc, -k, -q, -i N|auto")
     blocking = action in ("bcheckpoint", "kcheckpoint")
     with CoordinatorClient(coord_host, coord_port, timeout=None if blocking else 30.0) as client:
         if action in ("status", "list"):
@@ -47,7 +48,8 @@ def cli(coord_host, coord_port, action, interval, as_json):
         if action in ("checkpoint", "bcheckpoint", "kcheckpoint"):
             reply = _checkpoint(client, blocking=blocking, stop=action == "kcheckpoint")
         elif action == "interval":
-            reply = client.command(Cmd.INTERVAL, seconds=interval)
+            reply = (client.command(Cmd.INTERVAL, auto=True) if interval == AUTO
+                     else client.command(Cmd.INTERVAL, seconds=interval))
         else:
             reply = client.command(Cmd(action))
     if not reply.ok:
@@ -62,6 +64,11 @@ def cli(coord_host, coord_port, action, interval, as_json):
         click.echo(body.get("note") or f"checkpoint {body.get('generation')} requested")
     elif action == "kill":
         click.echo(f"killed {body.get('killed', 0)} trees")
+    elif action == "interval" and interval == AUTO:
+        if not body.get("interval_auto"):
+            # an older coordinator ignores the word and took 0 seconds
+            raise UserError("this coordinator does not know -i auto (an older version?)")
+        click.echo(f"checkpoint interval: auto, {body['interval']:.1f} s for now")
     elif action == "interval":
         click.echo(f"checkpoint interval: {body['interval']:g} s")
     return 0

@@ -35,7 +35,7 @@ def is_local(host: str) -> bool:
     return host in LOCAL_HOSTS or host == hostname()
 
 
-def start_coordinator(port: int, *, interval: float | None = None) -> int:
+def start_coordinator(port: int, *, interval: float | str | None = None) -> int:
     """Start a background coordinator (exits with its last client) and
     return its port.  Fails if the port is taken.
 
@@ -49,7 +49,7 @@ def start_coordinator(port: int, *, interval: float | None = None) -> int:
         port_file = Path(tmp) / "port"
         args = ["--daemon", "--exit-on-last", "-q", "--coord-port", str(port),
                 "--port-file", str(port_file)]
-        if interval:
+        if interval:  # seconds, or "auto"
             args += ["--interval", str(interval)]
         errors_r, errors_w = os.pipe()
         pid = os.fork()
@@ -79,7 +79,7 @@ def _name_process(name: bytes) -> None:
 
 
 def ensure_coordinator(host: str, port: int, *, join: bool, new: bool,
-                       interval: float | None = None) -> int:
+                       interval: float | str | None = None) -> int:
     """The port of a coordinator to use, started here when allowed."""
     if new:
         if not is_local(host):

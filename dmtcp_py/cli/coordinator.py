@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from dmtcp_py import __version__, logs
-from dmtcp_py.cli.base import CONTEXT, coord_port_option, run
+from dmtcp_py.cli.base import AUTO, CONTEXT, INTERVAL, coord_port_option, run
 from dmtcp_py.coordinator import console, recovery
 from dmtcp_py.coordinator.machine import CoordinatorMachine
 from dmtcp_py.coordinator.server import CoordinatorServer
@@ -31,9 +31,11 @@ from dmtcp_py.paths import token_file
 @click.option("--ckptdir", type=click.Path(file_okay=False), envvar="DMTCP_CHECKPOINT_DIR",
               metavar="DIR", help="Directory for the restart script (and images, for trees "
                                   "that do not choose their own) [env DMTCP_CHECKPOINT_DIR].")
-@click.option("-i", "--interval", type=click.FloatRange(min=0), default=0,
-              envvar="DMTCP_CHECKPOINT_INTERVAL", metavar="SECONDS",
-              help="Checkpoint every SECONDS (0: only on request) [env DMTCP_CHECKPOINT_INTERVAL].")
+@click.option("-i", "--interval", type=INTERVAL, default=0,
+              envvar="DMTCP_CHECKPOINT_INTERVAL", metavar="SECONDS|auto",
+              help="Checkpoint every SECONDS (0: only on request); auto: choose the interval "
+                   "from the checkpoints' cost and the failures seen "
+                   "[env DMTCP_CHECKPOINT_INTERVAL].")
 @click.option("--exit-on-last", is_flag=True, help="Exit when the last process exits.")
 @click.option("--exit-after-ckpt", is_flag=True,
               help="Stop the computation after its next checkpoint, then exit.")
@@ -56,28 +58,35 @@ from dmtcp_py.paths import token_file
               envvar="DMTCP_HEARTBEAT_TIMEOUT", metavar="SECONDS",
               help="An agent (or coordinator) silent this long is lost "
                    "[env DMTCP_HEARTBEAT_TIMEOUT].")
+@click.option("--replicas", type=click.IntRange(min=0), default=0, show_default=True,
+              envvar="DMTCP_REPLICAS", metavar="N",
+              help="Copy each tree's published images to N other hosts of the computation, "
+                   "so that a lost host's trees restart from a copy [env DMTCP_REPLICAS].")
 @click.option("--daemon", is_flag=True, help="Run in the background (no console).")
 @click.option("-q", "--quiet", is_flag=True, help="Print no progress messages.")
 @click.version_option(__version__, "--version")
 def cli(coord_port, listen_host, port_file, ckptdir, interval, exit_on_last, exit_after_ckpt,
-        auto_restart, max_restarts, hosts, heartbeat, heartbeat_timeout, daemon, quiet):
+        auto_restart, max_restarts, hosts, heartbeat, heartbeat_timeout, replicas, daemon,
+        quiet):
     """Coordinate checkpoints of every process tree launched against it.
 
     Console commands on standard input: c checkpoint, l list, s status,
-    i N interval, k kill, q quit, h help.
+    i N (or i auto) interval, k kill, q quit, h help.
     """
     if heartbeat and heartbeat_timeout and heartbeat_timeout <= heartbeat:
         raise UserError(f"--heartbeat-timeout ({heartbeat_timeout:g} s) must be longer than "
                         f"--heartbeat ({heartbeat:g} s)")
     policy = recovery.RecoveryPolicy(auto_restart=auto_restart, max_restarts=max_restarts,
                                      heartbeat=heartbeat, heartbeat_timeout=heartbeat_timeout,
-                                     hosts=_hosts(hosts))
+                                     hosts=_hosts(hosts), replicas=replicas)
     ready_fd = _daemonize() if daemon else None
     token = os.environ.get("DMTCP_COORD_TOKEN") or _left_token(coord_port) \
         or secrets.token_hex(16)
     ckpt = Path(ckptdir).resolve() if ckptdir else None
     machine = CoordinatorMachine(uuid.uuid4().hex[:12], exit_on_last=exit_on_last,
-                                 exit_after_ckpt=exit_after_ckpt, interval=interval,
+                                 exit_after_ckpt=exit_after_ckpt,
+                                 interval=0.0 if interval == AUTO else interval,
+                                 interval_auto=interval == AUTO,
                                  now=time.monotonic(), ckptdir=str(ckpt) if ckpt else None,
                                  policy=policy)
     server = CoordinatorServer(machine, token, host=listen_host, port=coord_port,

@@ -13,7 +13,7 @@ import click
 from dmtcp_py import __version__, logs
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.runner import Agent
-from dmtcp_py.cli.base import CONTEXT, coord_host_option, coord_port_option, run
+from dmtcp_py.cli.base import CONTEXT, INTERVAL, coord_host_option, coord_port_option, run
 from dmtcp_py.cli.common import (coordinator_choice_options, ensure_coordinator, exit_code,
                                  gzip_option)
 from dmtcp_py.client import resolve_token
@@ -44,9 +44,9 @@ def resolve_program(prog: str) -> str:
 @coordinator_choice_options
 @click.option("--ckptdir", metavar="DIR",
               help="Where this tree's images go [env DMTCP_CHECKPOINT_DIR; default: cwd].")
-@click.option("-i", "--interval", type=click.FloatRange(min=0), default=None,
-              envvar="DMTCP_CHECKPOINT_INTERVAL", metavar="SECONDS",
-              help="Checkpoint interval of a coordinator started here.")
+@click.option("-i", "--interval", type=INTERVAL, default=None,
+              envvar="DMTCP_CHECKPOINT_INTERVAL", metavar="SECONDS|auto",
+              help="Checkpoint interval of a coordinator started here (auto: it chooses).")
 @gzip_option
 @click.version_option(__version__, "--version")
 @click.argument("program")

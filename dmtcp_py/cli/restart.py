@@ -19,7 +19,7 @@ from dmtcp_py.cli.common import (coordinator_choice_options, ensure_coordinator,
                                  gzip_option)
 from dmtcp_py.client import resolve_token
 from dmtcp_py.errors import UserError
-from dmtcp_py.images import integrity, manifest, shared_files
+from dmtcp_py.images import integrity, manifest, shared_files, store
 
 
 @click.command(context_settings=CONTEXT)
@@ -35,10 +35,15 @@ from dmtcp_py.images import integrity, manifest, shared_files
               help="Restart even if a file the program maps read-only changed since the "
               "checkpoint (refused otherwise); the agent's log names each such file.")
 @click.version_option(__version__, "--version")
+@click.option("--generation", type=click.IntRange(min=1), metavar="N",
+              help="Restart generation N of each IMAGE: the image itself, or the one kept "
+                   "beside it (IMAGE.gen-N) once a newer generation took its name.")
 @click.argument("images", nargs=-1, required=True, metavar="IMAGE...")
 def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, any_owner,
-        allow_changed_files, images):
+        allow_changed_files, generation, images):
     """Restart the trees in the ckpt_*.dmtcp IMAGEs of one computation."""
+    if generation is not None:
+        images = [_of_generation(Path(i), generation) for i in images]
     loaded = [(Path(i).resolve(), manifest.load(Path(i))) for i in images]
     comps = {m.comp_id for _, m in loaded}
     if len(comps) > 1:
@@ -128,6 +133,14 @@ def _check_read_only_files(entries: list[dict]) -> None:
 def _agent(cfg: AgentConfig) -> int:
     logs.setup(f"agent-{cfg.tree_id}-restart-{os.getpid()}")
     return exit_code(asyncio.run(Agent(cfg).run()))
+
+
+def _of_generation(image: Path, generation: int) -> Path:
+    found = store.find_generation(image, generation)
+    if found is None:
+        raise UserError(f"no generation {generation} of {image} (neither it nor "
+                        f"{image.name}.gen-{generation} holds it)")
+    return found
 
 
 def main() -> None:

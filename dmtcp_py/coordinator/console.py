@@ -1,6 +1,7 @@
 """The coordinator's console: one-letter commands on stdin, as in DMTCP."""
 from __future__ import annotations
 
+import math
 import time
 
 from dmtcp_py.listing import proc_lines, status_lines
@@ -10,6 +11,7 @@ HELP = """Commands:
   s : status
   c : checkpoint now
   i N : checkpoint every N seconds (0 disables)
+  i auto : let the coordinator choose the interval (checkpoint cost, failures)
   k : kill the computation
   q : kill the computation and quit
   h, ? : this help"""
@@ -44,11 +46,16 @@ def handle(line: str, server) -> str | None:
         server.apply(m.request_checkpoint(None, now))
         return None
     if cmd == "i":
+        auto = args[:1] == ["auto"]
         try:
-            seconds = float(args[0])
+            seconds = 0.0 if auto else float(args[0])
         except (IndexError, ValueError):
-            return "usage: i SECONDS"
-        server.apply(m.set_interval(None, seconds, now))
+            return "usage: i SECONDS|auto"
+        if not math.isfinite(seconds):
+            return "usage: i SECONDS|auto"
+        server.apply(m.set_interval(None, seconds, now, auto=auto))
+        if auto:
+            return f"checkpoint interval: auto, {m.interval:.1f} s for now"
         return f"checkpoint interval: {m.interval:g} s" + (" (disabled)" if not m.interval else "")
     if cmd == "k":
         server.apply(m.kill(None))

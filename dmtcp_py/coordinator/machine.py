@@ -9,13 +9,15 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from dmtcp_py.coordinator import recovery
+from dmtcp_py.coordinator import recovery, replication
+from dmtcp_py.coordinator.interval import AutoInterval
 from dmtcp_py.coordinator.nameservice import NameService
 from dmtcp_py.coordinator.recovery import Failure, Phase, Recovery, RecoveryPolicy
 from dmtcp_py.protocol.messages import (
     Barrier,
     CkptRequest,
     Commit,
+    Copy,
     GenerationDone,
     Heartbeat,
     Hello,
@@ -31,6 +33,10 @@ from dmtcp_py.protocol.messages import (
     Reached,
     Refused,
     Relay,
+    ReplicaService,
+    ReplicaTarget,
+    Replicate,
+    Replicated,
     Reply,
     Sockets,
     TreeEnded,
@@ -80,6 +86,7 @@ class RestartGeneration:
     images: tuple[ImageInfo, ...]
     placement: tuple[tuple[str, str], ...]
     attempt: int
+    lost_hosts: tuple[str, ...] = ()   # no image is fetched from these
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,7 @@ class Agent:
     ended: TreeEnded | None = None  # how its tree ended, as its agent said
     dismissed: bool = False         # we told it to end (Kill): its going is no failure
     silent: str | None = None       # dropped for silence: why
+    replica_service: ReplicaTarget | None = None  # where it takes copies (--replicas)
 
     def label(self) -> str:
         return f"{self.program}@{self.host} (agent pid {self.pid})"
@@ -135,6 +143,7 @@ class Round:
     # generation is complete when both have happened.
     published: set[int] = field(default_factory=set)
     resumed: bool = False
+    resumed_at: float | None = None  # when: the program was stopped from `started` to this
     commit_ok: bool = False  # every tree dumped: the agents publish
     failed_conns: set[str] = field(default_factory=set)  # not drained at one end
 
@@ -142,6 +151,7 @@ class Round:
 class CoordinatorMachine:
     def __init__(self, comp_id: str, *, exit_on_last: bool = False,
                  exit_after_ckpt: bool = False, interval: float = 0.0,
+                 interval_auto: bool = False,
                  now: float = 0.0, ckptdir: str | None = None,
                  policy: RecoveryPolicy = RecoveryPolicy()) -> None:
         self.comp_id = comp_id
@@ -154,6 +164,13 @@ class CoordinatorMachine:
         self.last_checkpoint: dict | None = None
         self._ever_had_agents = False
         self.names = NameService()
+        # --interval auto: the interval chosen from the checkpoints' cost and
+        # the failures seen (interval.py).  Measured in either mode, so that
+        # a later `i auto` starts from what is already known.
+        self.auto_interval = AutoInterval()
+        self.interval_auto = interval_auto
+        if interval_auto:
+            interval = self.auto_interval.choose(now)
         self.interval = interval
         self._next_interval = now + interval if interval > 0 else None
         self.policy = policy
@@ -161,6 +178,10 @@ class CoordinatorMachine:
         # the newest generation whose every tree's image is known (written
         # by a checkpoint, or restarted from): what a recovery restarts
         self.complete: GenerationComplete | None = None
+        # the one before it, whose images stay beside the newer ones
+        # (.gen-N): a recovery falls back to it when a lost host took the
+        # newest generation of a tree before any copy of it was made
+        self.previous: GenerationComplete | None = None
         self.recovery: Recovery | None = None
         self.restarts = 0                   # recoveries that ended RUNNING
         self.time_lost = 0.0                # seconds from failures to running again
@@ -168,6 +189,8 @@ class CoordinatorMachine:
         self.last_exit: dict | None = None  # a program that ended by itself
         self.gave_up: str | None = None     # why auto-restart stopped trying
         self._silent_hosts: set[str] = set()
+        # --replicas: generation -> tree_id -> the copies its agent made
+        self.copies: dict[int, dict[str, list[Copy]]] = {}
 
     # ---- agents ----------------------------------------------------------
 
@@ -192,7 +215,8 @@ class CoordinatorMachine:
         actions.append(SendAgent(agent_id, Welcome(
             comp_id=self.comp_id, agent_id=agent_id, generation=self.generation,
             ckptdir=self.ckptdir, heartbeat=pol.heartbeat,
-            heartbeat_timeout=pol.heartbeat_timeout, auto_restart=pol.auto_restart)))
+            heartbeat_timeout=pol.heartbeat_timeout, auto_restart=pol.auto_restart,
+            replicas=pol.replicas)))
         verb = "restarting" if hello.restart else "rejoined" if hello.rejoin else "joined"
         actions.append(Notice(f"{verb}: {agent.label()}"))
         return actions
@@ -276,6 +300,12 @@ class CoordinatorMachine:
             case TreeEnded():
                 agent.ended = msg
                 return []
+            case ReplicaService():
+                agent.replica_service = ReplicaTarget(host=agent.host, address=msg.address,
+                                                      port=msg.port)
+                return []
+            case Replicated():
+                return self._replicated(agent, msg)
             case Peers():
                 agent.peers = msg.count
                 agent.procs = msg.procs
@@ -345,7 +375,39 @@ class CoordinatorMachine:
         rnd.published.add(agent.agent_id)
         if not msg.ok:
             rnd.errors.append(f"{agent.label()}: {msg.error or 'publishing failed'}")
-        return self._maybe_complete(now)
+            return self._maybe_complete(now)
+        return self._replicate(agent, rnd.generation, rnd.images[agent.agent_id].path) \
+            + self._maybe_complete(now)
+
+    # ---- replicas (--replicas) ------------------------------------------------
+
+    def _replicate(self, agent: Agent, generation: int, path: str) -> list:
+        """The tree's images are durable on its host: copies to others."""
+        services: dict[str, ReplicaTarget] = {}
+        for other in sorted(self.agents.values(), key=lambda a: a.agent_id):
+            if other.replica_service is not None and other.silent is None:
+                services.setdefault(other.host, other.replica_service)
+        targets = replication.targets(agent.host, services, self.policy.replicas)
+        if not targets:
+            return []
+        return [SendAgent(agent.agent_id, Replicate(generation=generation, path=path,
+                                                    targets=targets))]
+
+    def _replicated(self, agent: Agent, msg: Replicated) -> list:
+        if not msg.ok:
+            return [Notice(f"{agent.label()}: generation {msg.generation} not copied to "
+                           f"{msg.host}: {msg.error}")]
+        known = self.copies.setdefault(msg.generation, {}).setdefault(agent.tree_id, [])
+        known[:] = [c for c in known if c.host != msg.host] + [Copy(host=msg.host, path=msg.path)]
+        if self.previous is not None and self.previous.generation == msg.generation:
+            self.previous = GenerationComplete(self.previous.generation, replication.with_copies(
+                self.previous.images, self.copies[msg.generation]))
+        done = self.complete
+        if done is None or done.generation != msg.generation:
+            return []  # the round is still going (_complete merges it), or it is older
+        self.complete = GenerationComplete(done.generation, replication.with_copies(
+            done.images, self.copies[msg.generation]))
+        return [self.complete]
 
     # ---- commands ----------------------------------------------------------
 
@@ -394,10 +456,41 @@ class CoordinatorMachine:
     def quit(self, client_id: int | None) -> list:
         return self.kill(client_id) + [Shutdown("quit requested")]
 
-    def set_interval(self, client_id: int | None, seconds: float, now: float) -> list:
-        self.interval = max(0.0, seconds)
+    def set_interval(self, client_id: int | None, seconds: float, now: float, *,
+                     auto: bool = False) -> list:
+        """Checkpoint every `seconds` (0: off), or with auto at the interval
+        chosen from what was measured (a number leaves auto mode)."""
+        self.interval_auto = auto
+        self.interval = self.auto_interval.choose(now) if auto else max(0.0, float(seconds))
         self._next_interval = now + self.interval if self.interval > 0 else None
-        return self._reply(client_id, True, interval=self.interval)
+        return self._reply(client_id, True, interval=self._shown_interval(), interval_auto=auto)
+
+    def _shown_interval(self) -> float:
+        # a chosen interval is not to the microsecond; one given is shown as given
+        return round(self.interval, 3) if self.interval_auto else self.interval
+
+    def _auto_checkpointed(self, rnd: Round) -> list:
+        """A checkpoint succeeded: the time its program was stopped is the
+        cost the auto interval weighs.  In auto mode the next checkpoint
+        comes the chosen interval after the program runs again."""
+        if rnd.stop or rnd.resumed_at is None:
+            return []  # (with --stop the program does not run again: no cost to weigh)
+        at = rnd.resumed_at
+        self.auto_interval.checkpointed(at - rnd.started)
+        if not self.interval_auto:
+            return []
+        self.interval = self.auto_interval.choose(at)
+        self._next_interval = at + self.interval
+        return [Notice(f"interval (auto): {self.auto_interval.describe(at)}")]
+
+    def _auto_failed(self, now: float) -> None:
+        """A tree was lost: one more failure for the auto interval, unless
+        a recovery is under way (trees lost then belong to its failure)."""
+        if self.recovery is not None or not self.auto_interval.failed(now) \
+                or not self.interval_auto:
+            return
+        self.interval = self.auto_interval.choose(now)
+        self._next_interval = now + self.interval
 
     def tick(self, now: float) -> list:
         """Called periodically (several times per heartbeat): heartbeats,
@@ -409,6 +502,10 @@ class CoordinatorMachine:
                 and now - rec.started > self.policy.restart_timeout:
             actions += self._restart_failed(
                 f"the restart did not finish within {self.policy.restart_timeout:g} s", now)
+        if self.agents and self.auto_interval.begin(now) and self.interval_auto:
+            # the computation runs from now (not from when the coordinator
+            # started): its first checkpoint comes the start value later
+            self._next_interval = now + self.interval
         if self._next_interval is not None and now >= self._next_interval:
             self._next_interval = now + self.interval
             if self.round is None and self.agents and self.recovery is None:
@@ -443,7 +540,8 @@ class CoordinatorMachine:
             "running": bool(self.agents) and self.round is None and self.recovery is None,
             "state": self.round.state.value if self.round else State.RUNNING.value,
             "generation": self.generation,
-            "checkpoint_interval": self.interval,
+            "checkpoint_interval": self._shown_interval(),
+            "interval_auto": self.interval_auto,
             "last_checkpoint": self.last_checkpoint,
             "auto_restart": self.policy.auto_restart,
             "restarts": self.restarts,
@@ -452,6 +550,9 @@ class CoordinatorMachine:
             "time_lost": round(self.time_lost, 3),
             "gave_up": self.gave_up,
             "last_exit": self.last_exit,
+            "replicas": self.policy.replicas,
+            "replicated_trees": replication.fully_copied(self.complete.images, self.policy.replicas)
+            if self.complete and self.policy.replicas else 0,
         }
 
     def listing(self) -> list[dict]:
@@ -467,6 +568,7 @@ class CoordinatorMachine:
     def _lost(self, agent: Agent, why: str, now: float) -> list:
         failure = Failure(agent.tree_id, agent.program, agent.host, why, now)
         self.last_failure = failure
+        self._auto_failed(now)
         if not self.policy.auto_restart:
             return []
         if self.recovery is not None:
@@ -506,8 +608,16 @@ class CoordinatorMachine:
         if now < rec.not_before:
             return actions  # tick comes back
         assert self.complete is not None
-        images = self.complete.images
-        alive = {i.host for i in images} - self._silent_hosts
+        lost_hosts = set(self._silent_hosts)
+        chosen = self.complete
+        if not replication.recoverable(chosen.images, lost_hosts) and self.previous \
+                and replication.recoverable(self.previous.images, lost_hosts):
+            actions.append(Notice(f"recovery: generation {chosen.generation} has no copy left "
+                                  f"of a tree of {', '.join(sorted(lost_hosts))}; restarting "
+                                  f"generation {self.previous.generation}"))
+            chosen = self.previous
+        images = replication.surviving(chosen.images, lost_hosts)
+        alive = {i.host for i in images} - lost_hosts
         try:
             placement = recovery.place(images, alive, self.policy.hosts)
         except ValueError as exc:
@@ -515,7 +625,7 @@ class CoordinatorMachine:
         rec.attempt += 1
         rec.phase = Phase.RESTARTING
         rec.started = now
-        rec.generation = self.complete.generation
+        rec.generation = chosen.generation
         self.names.reset()
         self.round = Round(RoundKind.RESTART, rec.generation, State.CHECKPOINTED, now,
                            expected=len(images))
@@ -524,7 +634,7 @@ class CoordinatorMachine:
             Notice(f"recovery: restarting generation {rec.generation} ({len(images)} trees"
                    + (f"; {', '.join(moved)}" if moved else "") + f"), attempt {rec.attempt}"),
             RestartGeneration(rec.generation, images, tuple(sorted(placement.items())),
-                              rec.attempt)]
+                              rec.attempt, tuple(sorted(lost_hosts)))]
 
     def restart_command_ended(self, attempt: int, error: str | None, now: float) -> list:
         """The recovery's restart command ended: harmless once its trees
@@ -558,6 +668,10 @@ class CoordinatorMachine:
         self.restarts += 1
         lost = now - rec.failure.at
         self.time_lost += lost
+        # copies that lived on the lost hosts are gone with them
+        for trees in self.copies.values():
+            for known in trees.values():
+                known[:] = [c for c in known if c.host not in self._silent_hosts]
         self._silent_hosts.clear()
         return [Notice(f"recovery: running again from generation {rec.generation}, "
                        f"{lost:.2f} s after the failure (restart {self.restarts})")]
@@ -601,6 +715,7 @@ class CoordinatorMachine:
             # running again (or, with --stop, gone after the dump): what is
             # left is the images becoming durable
             rnd.resumed = True
+            rnd.resumed_at = now
             return commit + self._maybe_complete(now)
         if rnd.state is State.RUNNING:
             return self._finish(now)
@@ -617,7 +732,7 @@ class CoordinatorMachine:
         actions: list = []
         # participants that left after publishing (--stop) keep their image here
         if not rnd.errors and rnd.participants <= rnd.images.keys():
-            self.complete = _complete(rnd)
+            self.complete = self._completed(rnd)
             actions.append(self.complete)
         return actions + self._finish(now)
 
@@ -646,11 +761,13 @@ class CoordinatorMachine:
             actions.append(Notice(f"checkpoint {rnd.generation} "
                                   + ("done" if ok else f"FAILED: {info['error']}")
                                   + f" in {info['duration']:.3f} s, {info['bytes']} bytes"))
+            if ok:
+                actions += self._auto_checkpointed(rnd)
         else:
             actions.append(Notice(f"restart of generation {rnd.generation} "
                                   + ("done" if ok else f"FAILED: {info['error']}")))
             if ok and len(rnd.images) >= rnd.expected:
-                self.complete = _complete(rnd)
+                self.complete = self._completed(rnd)
         if rnd.waiters:
             reply = Reply(ok=ok, error=error, body=body)
             actions += [ReplyClient(client, reply) for client in rnd.waiters]
@@ -668,6 +785,15 @@ class CoordinatorMachine:
         elif not self.agents and self.exit_on_last and self._ever_had_agents:
             actions.append(Shutdown("last process exited"))
         return actions
+
+    def _completed(self, rnd: Round) -> GenerationComplete:
+        done = _complete(rnd, self.copies)
+        if self.complete is not None and self.complete.generation != done.generation:
+            self.previous = self.complete
+        # copies of older generations than the one before are out of every window
+        for gen in [g for g in self.copies if g < done.generation - 1]:
+            del self.copies[gen]
+        return done
 
     def _abort_restart(self, now: float) -> list:
         """A restart that lost a tree cannot be consistent: stop the others."""
@@ -689,9 +815,12 @@ class CoordinatorMachine:
         return [ReplyClient(client_id, Reply(ok=ok, error=error, body=body))]
 
 
-def _complete(rnd: Round) -> GenerationComplete:
-    """The round's generation with its trees' images, in agent order."""
-    return GenerationComplete(rnd.generation, tuple(rnd.images[a] for a in sorted(rnd.images)))
+def _complete(rnd: Round, copies: dict[int, dict[str, list[Copy]]]) -> GenerationComplete:
+    """The round's generation with its trees' images, in agent order, and
+    the copies made of them so far."""
+    images = tuple(rnd.images[a] for a in sorted(rnd.images))
+    return GenerationComplete(rnd.generation,
+                              replication.with_copies(images, copies.get(rnd.generation, {})))
 
 
 def _failure_json(failure: Failure | None) -> dict | None:

@@ -35,6 +35,7 @@ class RecoveryPolicy:
     heartbeat_timeout: float = HEARTBEAT_TIMEOUT
     hosts: tuple[str, ...] = ()   # where trees may run; those not in use are spares
     restart_timeout: float = RESTART_TIMEOUT
+    replicas: int = 0             # copies of every image on other hosts
 
 
 class Phase(enum.Enum):
@@ -77,13 +78,22 @@ def why_lost(ended: TreeEnded | None, *, dismissed: bool, silent: str | None) ->
 
     No failure: a tree the coordinator told to end (kill, quit, a recovery
     stopping it), one its checkpoint ended (--stop), and one whose program
-    exited by itself, whatever its exit code.  Lost: a program killed by a
-    signal (a core dump is one), an agent that went away without saying how
-    its tree ended, and a host that went silent."""
+    exited by itself, whatever its exit code, unless a failure came first
+    (below).  Lost: a program killed by a signal (a core dump is one); a
+    program that failed (a non-zero status) after one of its processes was
+    killed by a failure signal (an MPI rank the OOM killer took: mpirun
+    then exits 1); an agent that went away without saying how its tree
+    ended; and a host that went silent."""
     if dismissed:
         return None
     if ended is not None:
-        if ended.requested or ended.checkpointed or ended.code >= 0:
+        if ended.requested or ended.checkpointed or ended.code == 0:
+            return None
+        if ended.killed is not None:  # it came first: the cause
+            k = ended.killed
+            return (f"its process {k.name} (pid {k.pid}) was killed by {signal_name(k.signal)}"
+                    + (" (core dumped)" if k.core else ""))
+        if ended.code > 0:
             return None
         return f"its program was killed by {signal_name(-ended.code)}"
     if silent is not None:
@@ -99,6 +109,8 @@ def own_exit(ended: TreeEnded | None, *, dismissed: bool) -> int | None:
     not on anyone's word); None for any other end."""
     if ended is None or dismissed or ended.requested or ended.checkpointed or ended.code < 0:
         return None
+    if ended.killed is not None and ended.code != 0:
+        return None  # a failure (why_lost)
     return ended.code
 
 

@@ -44,6 +44,8 @@ async def run(action: RestartGeneration, *, comp_id: str, listen_host: str, port
     for old, new in action.placement:
         if old != new:
             args += ["--map", f"{old}={new}"]
+    for lost in action.lost_hosts:
+        args += ["--lost", lost]
     out = output_path(port)
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     try:

@@ -122,7 +122,7 @@ class CoordinatorServer:
             case Cmd.QUIT:
                 self.apply(m.quit(client_id))
             case Cmd.INTERVAL:
-                self.apply(m.set_interval(client_id, msg.seconds, now))
+                self.apply(m.set_interval(client_id, msg.seconds, now, auto=msg.auto))
 
     # ---- actions -------------------------------------------------------------
 

@@ -103,6 +103,7 @@ def text(info: dict) -> list[str]:
         f"  computation  {info['computation']}, tree {info['tree']}, generation "
         f"{info['generation']} of {info['trees_in_generation']} trees",
         f"  taken        {info['time_text']}",
+        *([f"  copies       {', '.join(info['copies'])}"] if info.get("copies") else []),
         f"  size         {info['bytes']} bytes ({info['memory_bytes']} of memory pages"
         + (f", {info['compression']}" if info["compression"] else "") + f"), "
         f"CRIU {info['criu_version']}",

@@ -60,6 +60,16 @@ def _generation_of(directory: Path) -> int | None:
         return None
 
 
+def find_generation(final: Path, generation: int) -> Path | None:
+    """Where generation `generation` of an image is: under its name, or
+    kept beside it (.gen-N) once a newer one took the name; None if
+    neither holds it."""
+    for candidate in (final, final.with_name(f"{final.name}.gen-{generation}")):
+        if _generation_of(candidate) == generation:
+            return candidate
+    return None
+
+
 def file_sizes(partial: Path) -> dict[str, int]:
     """name -> size of every file but the manifest (integrity.seal takes
     them again, with the hashes, when the image is published)."""

@@ -178,6 +178,34 @@ class ImageInfo(_Checked):
     bytes: int = _at_least(0, 0)
     duration: float = _at_least(0.0, 0.0)
     processes: int = _at_least(0, 0)
+    # copies of this image on other hosts (--replicas): where a restart
+    # finds it when its own host is gone
+    replicas: tuple[Copy, ...] = ()
+
+
+@dataclass(frozen=True)
+class Copy(_Checked):
+    """Where a replica of an image is: a host, and the path there."""
+    host: str
+    path: str
+
+
+@dataclass(frozen=True)
+class ReplicaTarget(_Checked):
+    """An agent that takes replicas: its host, and where it listens."""
+    host: str
+    address: str
+    port: int = _at_least(1)
+
+
+@dataclass(frozen=True)
+class KilledProcess(_Checked):
+    """A process of a tree that a failure signal killed (SIGKILL, SIGSEGV,
+    a core dump...), as its parent saw it reaped."""
+    pid: int = _at_least(1)
+    signal: int = _at_least(1)
+    name: str = "?"
+    core: bool = False
 
 
 # ---- messages ------------------------------------------------------------------
@@ -232,6 +260,37 @@ class Welcome(Message):
     # (its shims end their processes), so that its restored copy can take
     # its place
     auto_restart: bool = False
+    # each published generation is copied to this many other hosts: the
+    # agent takes copies too (and says where, ReplicaService)
+    replicas: int = _at_least(0, 0)
+
+
+# agent -> coordinator: where it takes replicas of other hosts' images
+@_message("replica_service")
+@dataclass(frozen=True)
+class ReplicaService(Message):
+    address: str
+    port: int = _at_least(1)
+
+
+# coordinator -> agent: copy the published image of a generation there
+@_message("replicate")
+@dataclass(frozen=True)
+class Replicate(Message):
+    generation: int = _at_least(1)
+    path: str = ""
+    targets: tuple[ReplicaTarget, ...] = ()
+
+
+# agent -> coordinator: a replica was written (or not) on a host
+@_message("replicated")
+@dataclass(frozen=True)
+class Replicated(Message):
+    generation: int = _at_least(1)
+    host: str = "?"
+    path: str = ""
+    ok: bool = True
+    error: str | None = None
 
 
 # agent <-> coordinator: still here (any message says as much)
@@ -248,6 +307,9 @@ class TreeEnded(Message):
     code: int                   # the program's exit code, or -N: killed by signal N
     requested: bool = False     # killed on the coordinator's word (Kill)
     checkpointed: bool = False  # ended by its checkpoint (--stop, -kc)
+    # the first of its processes a failure signal killed, if any: with a
+    # program that then failed too, the tree is lost
+    killed: KilledProcess | None = None
 
 
 @_message("refused")
@@ -396,6 +458,7 @@ class Command(Message):
     stop: bool = False         # checkpoint: the trees end after the dump
     progress: bool = False     # checkpoint: send Progress while it runs
     seconds: float = _at_least(0.0, 0.0)  # interval
+    auto: bool = False         # interval: the coordinator chooses it (seconds unused)
 
 
 # coordinator -> client.  What a reply holds depends on the command (status

@@ -49,6 +49,18 @@
  *                             ask), waits for the close, then asks the
  *                             coordinator for a checkpoint
  *
+ * A process that reaped a child killed by a failure signal (its wait
+ * wrappers, wrap_child.c), and the tree's init for an orphan, say so on a
+ * connection of their own, outside any checkpoint:
+ *   shim  -> CHILD_KILLED     arg: the child's pid in the low 32 bits, its
+ *                             signal << DMTCP_KILLED_SIGNAL_SHIFT, and
+ *                             DMTCP_KILLED_CORE if it dumped core; then
+ *                             the shim closes.  No answer.  A failure
+ *                             signal is one of DMTCP_FAILURE_SIGNALS, or
+ *                             any signal that dumped core (not SIGPIPE,
+ *                             SIGTERM, SIGINT, SIGHUP...: how programs end
+ *                             each other normally)
+ *
  * HELLO's arg is 1 when the process is still suspended (it reconnects after
  * a dump or a restore): the agent then owes it a RESUME.
  *
@@ -59,6 +71,7 @@
 #ifndef DMTCP_RECORD_H
 #define DMTCP_RECORD_H
 
+#include <signal.h>
 #include <stdint.h>
 
 #define DMTCP_RECORD_MAGIC 0x444d5443u /* "DMTC" */
@@ -89,6 +102,7 @@ enum dmtcp_record_type {
     DMTCP_REC_CKPT_REQUESTED = 17,
     DMTCP_REC_DONE = 18,
     DMTCP_REC_FATE = 19,
+    DMTCP_REC_CHILD_KILLED = 20,
 };
 
 /* DONE's arg (agent -> shim, no answer): the generation whose images are
@@ -97,6 +111,16 @@ enum dmtcp_record_type {
 
 /* FATE arg 1: how long a process whose agent went away waits for one */
 #define DMTCP_FATE_GRACE_MS 3000
+
+/* CHILD_KILLED's arg: the pid in the low 32 bits, the signal from this
+ * bit on (8 bits), then this flag when the child dumped core */
+#define DMTCP_KILLED_SIGNAL_SHIFT 32
+#define DMTCP_KILLED_CORE (1ull << 40)
+/* the signals that kill a process by failure (the OOM killer's, faults,
+ * abort), one bit per signal number */
+#define DMTCP_FAILURE_SIGNALS                                                     \
+    ((1ull << SIGKILL) | (1ull << SIGSEGV) | (1ull << SIGBUS) | (1ull << SIGABRT) \
+     | (1ull << SIGILL) | (1ull << SIGFPE) | (1ull << SIGSYS))
 
 /* RESUME's arg: the generation in the low 32 bits, then this flag */
 #define DMTCP_RESUME_RESTORED (1ull << 32)

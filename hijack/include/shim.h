@@ -28,6 +28,8 @@ void channel_close(int fd);
 int channel_recv_fd(int fd, struct dmtcp_record *rec, int *passed);
 int channel_recv_payload(int fd, void *buf, size_t len);
 int channel_send_fd(int fd, uint16_t type, uint64_t arg, int passed);
+int channel_tell(uint16_t type, uint64_t arg); /* one record, a connection of its own */
+void channel_after_fork_child(void);           /* drop a channel_tell's copy */
 int channel_agent_fd(void);         /* this process's connection, or -1 */
 void channel_set_agent_fd(int fd);  /* the checkpoint thread, as it (dis)connects */
 
@@ -77,6 +79,15 @@ int real_sigsuspend(const sigset_t *mask);
 int real_sigtimedwait(const sigset_t *set, siginfo_t *info, const struct timespec *timeout);
 int real_sigwaitinfo(const sigset_t *set, siginfo_t *info);
 int real_sigwait(const sigset_t *set, int *sig);
+#include <sys/resource.h>
+#include <sys/wait.h>
+pid_t real_wait(int *status);
+pid_t real_waitpid(pid_t pid, int *status, int options);
+pid_t real_wait3(int *status, int options, struct rusage *usage);
+pid_t real_wait4(pid_t pid, int *status, int options, struct rusage *usage);
+int real_waitid(idtype_t type, id_t id, siginfo_t *info, int options);
+int real_kill(pid_t pid, int sig);
+int real_killpg(pid_t group, int sig);
 int real_close(int fd);
 int real_dup2(int oldfd, int newfd);
 int real_dup3(int oldfd, int newfd, int flags);

@@ -10,6 +10,10 @@
  * program did.  It is linked statically, so LD_PRELOAD does not load the
  * shim into it and it is not counted as a process of the program.
  *
+ * An orphan it reaps that a failure signal killed is told to the agent
+ * (CHILD_KILLED, dmtcp_record.h), as the shim's wait wrappers tell of the
+ * children their program reaps: the program's end may be a failure then.
+ *
  * usage: dmtcp_tree_init PATH ARGV0 [ARGS...]
  */
 #define _GNU_SOURCE
@@ -17,11 +21,17 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "dmtcp_record.h"
 
 static volatile pid_t program;
 
@@ -49,6 +59,49 @@ static void set_handlers(int for_child)
         sa.sa_handler = for_child ? SIG_DFL : SIG_IGN;
         sigaction(ignored[i], &sa, NULL);
     }
+}
+
+/* One CHILD_KILLED record on a connection of its own; never waits (an
+ * agent that cannot take it at once does not hear of it). */
+static void tell_killed(pid_t pid, int status)
+{
+    const char *where = getenv(DMTCP_ENV_AGENT_SOCK);
+    struct sockaddr_un addr;
+    struct dmtcp_record rec;
+    int sig, core, abstract, fd;
+    size_t n;
+
+    if (!WIFSIGNALED(status) || where == NULL || where[0] == '\0')
+        return;
+    sig = WTERMSIG(status);
+    core = WCOREDUMP(status) != 0;
+    if (sig <= 0 || sig >= 64 || (!core && !((DMTCP_FAILURE_SIGNALS >> sig) & 1)))
+        return;
+    abstract = where[0] == '@';
+    where += abstract;
+    n = strlen(where);
+    if (n + 1 >= sizeof(addr.sun_path))
+        return;
+    memset(&addr, 0, sizeof(addr));
+    addr.sun_family = AF_UNIX;
+    memcpy(addr.sun_path + abstract, where, n);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return;
+    if (connect(fd, (struct sockaddr *)&addr,
+                (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)abstract + n
+                            + (abstract ? 0 : 1))) == 0) {
+        memset(&rec, 0, sizeof(rec));
+        rec.magic = DMTCP_RECORD_MAGIC;
+        rec.version = DMTCP_RECORD_VERSION;
+        rec.type = DMTCP_REC_CHILD_KILLED;
+        rec.pid = (int32_t)getpid();
+        rec.ppid = (int32_t)getppid();
+        rec.arg = (uint64_t)(uint32_t)pid | (uint64_t)sig << DMTCP_KILLED_SIGNAL_SHIFT
+                  | (core ? DMTCP_KILLED_CORE : 0);
+        (void)!send(fd, &rec, sizeof(rec), MSG_NOSIGNAL);
+    }
+    close(fd);
 }
 
 int main(int argc, char **argv)
@@ -108,6 +161,8 @@ int main(int argc, char **argv)
             status = st;
             done = 1;
             program = 0;
+        } else {
+            tell_killed(w, st);
         }
     }
     if (!done)

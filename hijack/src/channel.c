@@ -260,3 +260,48 @@ void channel_close(int fd)
     if (fd >= 0)
         syscall(SYS_close, fd);
 }
+
+/*
+ * One record to the agent on a connection of its own, from any thread of
+ * the program, outside a checkpoint (the caller holds the gate, so no dump
+ * meets the connection): connect, send, close.  Never waits: the socket is
+ * non-blocking, and a record the agent cannot take at once (no agent, its
+ * backlog full, a second one under way in this process, say in a signal
+ * handler that interrupted the first) is dropped.  Raw system calls only
+ * (wait wrappers run in SIGCHLD handlers); errno as it was.  0 if sent.
+ *
+ * tell_fd is that connection while it exists: a fork meanwhile in another
+ * thread gives the child a copy, which the child closes at once
+ * (channel_after_fork_child) rather than take to its next dump.
+ */
+static int telling;
+static int tell_fd = -1;
+
+int channel_tell(uint16_t type, uint64_t arg)
+{
+    int saved = errno, fd, rc = -1;
+
+    if (agent_addr_len == 0 || __atomic_exchange_n(&telling, 1, __ATOMIC_ACQUIRE))
+        return -1;
+    fd = channel_socket();
+    __atomic_store_n(&tell_fd, fd, __ATOMIC_RELEASE);
+    if (fd >= 0) {
+        if (syscall(SYS_fcntl, fd, F_SETFL, O_NONBLOCK) == 0
+            && syscall(SYS_connect, fd, &agent_addr, agent_addr_len) == 0)
+            rc = channel_send(fd, type, arg);
+        __atomic_store_n(&tell_fd, -1, __ATOMIC_RELEASE);
+        syscall(SYS_close, fd);
+    }
+    __atomic_store_n(&telling, 0, __ATOMIC_RELEASE);
+    errno = saved;
+    return rc;
+}
+
+void channel_after_fork_child(void)
+{
+    int fd = __atomic_exchange_n(&tell_fd, -1, __ATOMIC_ACQ_REL);
+
+    if (fd >= 0)
+        syscall(SYS_close, fd);
+    __atomic_store_n(&telling, 0, __ATOMIC_RELEASE);
+}

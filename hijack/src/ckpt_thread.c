@@ -220,6 +220,7 @@ static void atfork_child(void)
 {
     pthread_mutex_unlock(&conn_lock);
     gate_after_fork_child();
+    channel_after_fork_child();
     if (!shim_enabled)
         return;
     if (channel_agent_fd() >= 0) {

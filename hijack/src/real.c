@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -49,6 +50,13 @@ REAL(sigsuspend)
 REAL(sigtimedwait)
 REAL(sigwaitinfo)
 REAL(sigwait)
+REAL(wait)
+REAL(waitpid)
+REAL(wait3)
+REAL(wait4)
+REAL(waitid)
+REAL(kill)
+REAL(killpg)
 REAL(close)
 REAL(dup2)
 REAL(dup3)
@@ -185,6 +193,41 @@ int real_sigwait(const sigset_t *set, int *sig)
     return resolve_sigwait() ? resolve_sigwait()(set, sig) : ENOSYS;
 }
 
+pid_t real_wait(int *status)
+{
+    return resolve_wait() ? resolve_wait()(status) : (errno = ENOSYS, -1);
+}
+
+pid_t real_waitpid(pid_t pid, int *status, int options)
+{
+    return resolve_waitpid() ? resolve_waitpid()(pid, status, options) : (errno = ENOSYS, -1);
+}
+
+pid_t real_wait3(int *status, int options, struct rusage *usage)
+{
+    return resolve_wait3() ? resolve_wait3()(status, options, usage) : (errno = ENOSYS, -1);
+}
+
+pid_t real_wait4(pid_t pid, int *status, int options, struct rusage *usage)
+{
+    return resolve_wait4() ? resolve_wait4()(pid, status, options, usage) : (errno = ENOSYS, -1);
+}
+
+int real_waitid(idtype_t type, id_t id, siginfo_t *info, int options)
+{
+    return resolve_waitid() ? resolve_waitid()(type, id, info, options) : (errno = ENOSYS, -1);
+}
+
+int real_kill(pid_t pid, int sig)
+{
+    return resolve_kill() ? resolve_kill()(pid, sig) : (errno = ENOSYS, -1);
+}
+
+int real_killpg(pid_t group, int sig)
+{
+    return resolve_killpg() ? resolve_killpg()(group, sig) : (errno = ENOSYS, -1);
+}
+
 /* Warm the cache while it is safe to allocate (from the constructor). */
 __attribute__((constructor(101))) static void real_warm(void)
 {
@@ -212,6 +255,13 @@ __attribute__((constructor(101))) static void real_warm(void)
     resolve_sigtimedwait();
     resolve_sigwaitinfo();
     resolve_sigwait();
+    resolve_wait();
+    resolve_waitpid();
+    resolve_wait3();
+    resolve_wait4();
+    resolve_waitid();
+    resolve_kill();
+    resolve_killpg();
 }
 
 int real_close(int fd)

@@ -7,11 +7,14 @@ reserved for test networks and never routed) plus a UTS namespace (its own
 hostname, because the coordinator, the restart script and the per-host
 temporary directories all go by hostname) plus a mount namespace whose
 /dev/shm is a tmpfs of its own (as on separate machines: MPI libraries put
-segments there under names that are the same on every host).  The hosts of
-one network hang off
-one bridge that lives in a separate "switch" namespace, so nothing is added
-to the machine's own namespace and adding a host later (a migration target)
-is just one more veth on the bridge.
+segments there under names that are the same on every host), and, if the
+network is given one, checkpoint storage of its own: a tmpfs mounted in the
+host's mount namespace over a directory of the machine, the same path on
+every host, so that each host sees only its own files there and a killed
+host's files are really gone (TestHost.kill).  The hosts of one network
+hang off one bridge that lives in a separate "switch" namespace, so nothing
+is added to the machine's own namespace and adding a host later (a
+migration target) is just one more veth on the bridge.
 
 Everything a network creates is named with the prefix
 ``dmtcp-th-<pid>-<starttime>-<tag>-``: the creator's pid *and* its start time,
@@ -163,22 +166,61 @@ def _kill_inside(ids: set[tuple[int, int]], timeout: float = 5.0) -> None:
             os.close(fd)
 
 
+STORAGE_SIZE = "4g"  # an upper bound; tmpfs takes only what is written
+
+
+def _mount_storage(host: TestHost) -> None:
+    """A new, empty tmpfs over the host's storage path, in its mount
+    namespace only (its propagation is slave: nothing reaches the machine).
+    Its source names the host's namespace, as a leftover would show."""
+    _cmd("nsenter", f"--mount={host.mnt}", "--", "mount", "-t", "tmpfs",
+         "-o", f"mode=0755,size={STORAGE_SIZE}", f"{host.netns}-storage", str(host.storage))
+
+
 class TestHost:
     """One host: a network namespace with eth0 on the network's bridge, a
     UTS namespace with the host's name, and a mount namespace with a
-    /dev/shm of its own (the rest of the file system is the machine's)."""
+    /dev/shm of its own and, if the network has storage, a private tmpfs
+    at that path (the rest of the file system is the machine's)."""
 
     __test__ = False  # not a pytest test class despite the name
 
     def __init__(self, name: str, addr: str, netns: str, uts: Path, index: int,
-                 mnt: Path | None = None):
+                 mnt: Path | None = None, storage: Path | None = None):
         self.name = name
         self.mnt = mnt
         self.addr = addr
         self.netns = netns
         self.uts = uts
         self.index = index
+        self.storage = storage  # private to this host (None: no such storage)
+        self.killed = False
         self._procs: list[subprocess.Popen] = []
+
+    def kill(self) -> None:
+        """The host dies, as a machine does: its link goes down first (a dead
+        machine sends nothing, no FIN and no RST: its peers see silence),
+        every process inside it is SIGKILLed, and its storage is destroyed
+        (the tmpfs is unmounted, so its files are gone for good; an empty one
+        takes its place, so the path still shows this host's own storage, as
+        a new disk would, never the machine's directory).  The link stays
+        down.  Other hosts keep their storage.  Safe to call again."""
+        if self.killed:
+            return
+        self.killed = True
+        _ip("-n", self.netns, "link", "set", "eth0", "down")
+        for proc in self._procs:  # one may still be in nsenter, before setns()
+            proc.kill()
+        _kill_inside({i for i in (_ns_id(NETNS_DIR / self.netns), _ns_id(self.uts),
+                                  _ns_id(self.mnt) if self.mnt else None) if i})
+        for proc in self._procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass  # unkillable (D state); close() tries again
+        if self.storage is not None and self.mnt is not None:
+            _cmd("nsenter", f"--mount={self.mnt}", "--", "umount", "--lazy", str(self.storage))
+            _mount_storage(self)
 
     def __repr__(self) -> str:
         return f"TestHost(name={self.name!r}, addr={self.addr!r}, netns={self.netns!r})"
@@ -235,16 +277,27 @@ class TestNetwork:
 
     Hosts are h1, h2, ... with addresses .1, .2, ... of `subnet`, a /24 inside
     198.18.0.0/15; give networks that exist at the same time different
-    subnets to keep addresses unique.  close() (also on leaving the `with`
-    block) kills whatever still runs inside the hosts and removes everything
-    made; a failure while creating removes what was made so far."""
+    subnets to keep addresses unique.  `storage`, a directory of the
+    machine, becomes each host's private storage: a tmpfs of the host's own
+    at that path (TestHost.storage), gone with the host's mount namespace.
+    close() (also on leaving the `with` block) kills whatever still runs
+    inside the hosts and removes everything made; a failure while creating
+    removes what was made so far."""
 
     __test__ = False
 
-    def __init__(self, n: int, tag: str | None = None, subnet: str = DEFAULT_SUBNET):
+    def __init__(self, n: int, tag: str | None = None, subnet: str = DEFAULT_SUBNET,
+                 storage: str | os.PathLike | None = None):
         net = ipaddress.ip_network(subnet)
         if net.prefixlen != 24 or not net.subnet_of(TEST_RANGE):
             raise ValueError(f"subnet {subnet} is not a /24 inside {TEST_RANGE}")
+        if storage is not None:
+            # resolved: mount(8) would follow a link, and every host must
+            # see the same path
+            storage = Path(storage).resolve()
+            if not storage.is_dir():
+                raise ValueError(f"storage {storage}: not a directory of this machine")
+        self.storage = storage
         tag = f"n{next(_seq)}" if tag is None else tag
         if not _TAG_RE.match(tag):
             raise ValueError(f"tag {tag!r}: letters, digits and _ only")
@@ -299,7 +352,7 @@ class TestNetwork:
         name = f"h{index}"
         host = TestHost(name, str(self.subnet.network_address + index),
                         self.prefix + name, self.run_dir / f"{name}.uts", index,
-                        self.run_dir / f"{name}.mnt")
+                        self.run_dir / f"{name}.mnt", self.storage)
         undo: list[Callable[[], None]] = []
         try:
             self._create_host(host, undo)
@@ -335,6 +388,9 @@ class TestNetwork:
         undo.append(lambda: _umount(host.mnt))
         _cmd("unshare", f"--mount={host.mnt}", "--propagation", "slave",
              "mount", "-t", "tmpfs", "-o", "mode=1777,size=2g", "dmtcp-test-shm", "/dev/shm")
+        if host.storage is not None:
+            # no undo of its own: it goes with the mount namespace
+            _mount_storage(host)
         _ip("netns", "add", host.netns)
         undo.append(lambda: _ip("netns", "del", host.netns))
         # Both ends are created directly in their namespaces: nothing ever

@@ -160,6 +160,72 @@ def test_add_host_joins_the_running_network(net3):
         assert out.stdout == "h2 says hello\n", out.stderr
 
 
+def test_each_host_has_private_storage_gone_when_the_host_is_killed(tmp_path):
+    storage = tmp_path / "storage"
+    storage.mkdir()
+    net = TestNetwork(3, tag="store", subnet="198.18.3.0/24", storage=storage)
+    try:
+        h1, h2, h3 = net.hosts
+        for host in net.hosts:
+            assert host.storage == storage.resolve()
+            host.run(["sh", "-c", 'hostname > "$1/mine" && mkdir "$1/ckpt"', "sh",
+                      str(storage)], check=True, timeout=10)
+
+        def listing(host) -> str:
+            return host.run(["sh", "-c", 'ls -A "$1"; cat "$1/mine"', "sh", str(storage)],
+                            capture_output=True, text=True, timeout=10).stdout.split()
+
+        # each host sees its own files at the same path; the machine sees none
+        for host in net.hosts:
+            assert listing(host) == ["ckpt", "mine", host.name]
+        assert os.listdir(storage) == []
+        sleeper = h2.popen(["sleep", "60"])
+        orphan = int(h2.run(["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"],
+                            capture_output=True, text=True, check=True).stdout)
+        h2.kill()
+        assert h2.killed and sleeper.returncode == -9
+        _, status = os.waitpid(orphan, 0)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == 9
+        # the killed host's files are gone (its path shows an empty storage,
+        # not the machine's directory); the others keep theirs
+        assert listing(h2) == []
+        assert listing(h1) == ["ckpt", "mine", "h1"] and listing(h3) == ["ckpt", "mine", "h3"]
+        # and it is silent: no answer, not even a refusal
+        probe = h1.run([sys.executable, "-c", PROBE, h2.addr], capture_output=True,
+                       text=True, timeout=10)
+        assert probe.stdout.strip() in ("timeout", "unreachable"), probe.stdout + probe.stderr
+        # a tmpfs of the host's own, in its mount namespace only
+        inside = h3.run(["cat", "/proc/self/mountinfo"], capture_output=True, text=True,
+                        check=True, timeout=10).stdout
+        assert f" {storage.resolve()} " in inside and f"{h3.netns}-storage" in inside
+        outside = Path("/proc/self/mountinfo").read_text()
+        assert "-storage" not in outside and f" {storage.resolve()} " not in outside
+        h2.kill()  # again: nothing more happens
+    finally:
+        net.close()
+    assert leftovers(net.prefix) == []
+    assert os.listdir(storage) == []
+
+
+PROBE = r"""
+import errno, socket, sys
+try:
+    socket.create_connection((sys.argv[1], 9), timeout=1)
+    print("connected")
+except socket.timeout:
+    print("timeout")
+except ConnectionRefusedError:
+    print("refused")
+except OSError as exc:
+    print("unreachable" if exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH) else exc)
+"""
+
+
+def test_storage_must_be_a_directory(tmp_path):
+    with pytest.raises(ValueError, match="not a directory"):
+        TestNetwork(1, storage=tmp_path / "missing")
+
+
 def test_close_removes_everything_and_is_idempotent():
     net = TestNetwork(2, tag="close")
     try:

@@ -2,11 +2,14 @@
 against the coordinator's machine."""
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from dmtcp_py.agent import records
 from dmtcp_py.agent.machine import (
     COMMIT_TIMEOUT,
+    AbandonRestart,
     AgentMachine,
     Discard,
     DoWork,
@@ -299,12 +302,33 @@ def test_a_round_without_its_coordinator_is_abandoned_and_the_tree_runs(reached_
     assert m.owes_resume(True)  # a process still suspended is released at once
 
 
-def test_a_restart_abandoned_tells_the_processes_they_were_restarted_once():
+@pytest.mark.parametrize("reached_so_far", [0, 1, 2])  # restored, waiting, refilled
+def test_a_restart_not_yet_released_is_given_up_without_its_coordinator(reached_so_far):
+    """Its tree is killed, never given back to run half-restored, nor
+    rejoined; the agent ends with the one line the machine says."""
     m = restarting(generation=4)
-    m.restored(frozenset({3}))
-    assert m.coordinator_lost() == [GiveBack(frozenset({3}), 4 | records.RESUME_RESTORED),
-                                    Rejoin()]
-    assert m.resume_arg() == 4
+    if reached_so_far:
+        m.restored(frozenset({3}))
+    if reached_so_far > 1:
+        go(m, State.REFILLED, 4)
+    [abandon] = m.coordinator_lost()
+    assert isinstance(abandon, AbandonRestart) and abandon.why == m.abandoned
+    assert "generation 4" in m.abandoned and "intact" in m.abandoned
+    assert not m.running and not m.linked
+    if not reached_so_far:  # CRIU was still restoring: what it brings back is killed
+        assert m.restored(frozenset({3})) == [AbandonRestart(m.abandoned)]
+
+
+def test_a_restart_released_or_killed_is_not_given_up():
+    released = restarting(generation=4)
+    released.restored(frozenset({3}))
+    go_through(released, ROUND[4:], generation=4)
+    assert released.coordinator_lost() == [Rejoin()] and released.abandoned is None
+    killed = restarting(generation=4)  # a Kill, then the coordinator goes (quit)
+    killed.restored(frozenset({3}))
+    assert killed.on_message(messages.Kill()) == [KillTree()]
+    assert not [a for a in killed.coordinator_lost() if isinstance(a, AbandonRestart)]
+    assert killed.abandoned is None
 
 
 def test_a_rejoin_says_the_computation_and_the_last_published_generation():
@@ -486,6 +510,36 @@ def test_a_tree_killed_on_the_coordinators_word_says_so():
     assert m.tree_exited(-15) == [Send(messages.TreeEnded(code=-15, requested=True))]
 
 
+def test_the_first_process_a_failure_signal_killed_goes_with_the_trees_end():
+    m = fresh()
+    assert m.process_killed(41, 13) == []          # SIGPIPE: how pipelines end
+    assert m.process_killed(42, 15, name="w") == []  # SIGTERM: someone ended it
+    assert m.process_killed(43, 9, name="solver") == []
+    assert m.process_killed(44, 11, core=True, name="other") == []  # not the first
+    killed = messages.KilledProcess(pid=43, signal=9, name="solver")
+    assert m.tree_exited(1) == [Send(messages.TreeEnded(code=1, killed=killed))]
+
+
+@pytest.mark.parametrize("signum, core, failure", [
+    *[(s, False, True) for s in (signal.SIGKILL, signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT,
+                                 signal.SIGILL, signal.SIGFPE, signal.SIGSYS)],
+    *[(s, False, False) for s in (signal.SIGPIPE, signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
+                                  signal.SIGUSR1, signal.SIGQUIT)],
+    (signal.SIGQUIT, True, True),  # any signal that dumped core
+])
+def test_which_signals_are_failures(signum, core, failure):
+    m = fresh()
+    m.process_killed(7, signum, core=core)
+    assert (m.killed is not None) == failure
+    assert records.failure_signal(signum, core) == failure
+
+
+def test_a_kill_record_carries_pid_signal_and_core():
+    arg = records.killed_arg(123456, 11, core=True)
+    assert records.killed_of(arg) == (123456, 11, True)
+    assert records.killed_of(records.killed_arg(5, 9)) == (5, 9, False)
+
+
 def test_heartbeats_go_out_as_the_welcome_asks():
     m = AgentMachine(Identity("t1", "prog"))
     m.welcomed(messages.Welcome(comp_id="c", agent_id=1, heartbeat=1.0, heartbeat_timeout=5.0))
@@ -525,3 +579,24 @@ def test_a_restarting_agent_names_its_image_in_hello():
     m = AgentMachine(Identity("t1", "p", restart_comp_id="comp-1", restart_generation=2,
                               restart_image=image))
     assert m.hello("tok", "h", 1).image == image
+
+
+# ---- replicas (--replicas) ---------------------------------------------------------------
+
+def test_replicas_the_agent_serves_once_and_tells_every_coordinator_where():
+    from dmtcp_py.agent.machine import CopyImage, ServeReplicas
+    m = AgentMachine(Identity("tree-1", "prog"))
+    assert ServeReplicas() in m.welcomed(messages.Welcome(comp_id="c", agent_id=1, replicas=1))
+    told = m.replica_service_started("198.18.0.2", 4000)
+    assert told == [Send(messages.ReplicaService(address="198.18.0.2", port=4000))]
+    m.coordinator_lost()
+    again = m.welcomed(messages.Welcome(comp_id="c", agent_id=2, replicas=1))
+    assert told[0] in again and ServeReplicas() not in again
+    no_replicas = AgentMachine(Identity("tree-2", "prog"))
+    assert not [a for a in no_replicas.welcomed(messages.Welcome(comp_id="c", agent_id=3))
+                if isinstance(a, ServeReplicas)]
+    target = messages.ReplicaTarget(host="h3", address="198.18.0.3", port=4001)
+    order = messages.Replicate(generation=2, path="/ck/i.dmtcp", targets=(target,))
+    assert m.on_message(order) == [CopyImage(2, "/ck/i.dmtcp", (target,))]
+    assert m.replica_copied(2, "h3", error="disk full") == [Send(messages.Replicated(
+        generation=2, host="h3", ok=False, error="disk full"))]

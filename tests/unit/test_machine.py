@@ -801,7 +801,8 @@ def test_no_interval_no_ticks():
 def test_set_interval():
     sim = Sim(1, now=0.0)
     actions = sim.m.set_interval(CLIENT, 5, now=50.0)
-    assert actions == [ReplyClient(CLIENT, Reply(ok=True, body={"interval": 5.0}))]
+    assert actions == [ReplyClient(CLIENT, Reply(ok=True, body={"interval": 5.0,
+                                                                 "interval_auto": False}))]
     assert sim.m.status()["checkpoint_interval"] == 5.0
     assert sim.tick(54.0) == []
     assert sent(sim.tick(55.0), Barrier)
@@ -821,9 +822,10 @@ def test_status_counts():
     sim = Sim(0, comp_id="c1")
     assert sim.m.status() == {
         "comp_id": "c1", "num_peers": 0, "num_trees": 0, "running": False,
-        "state": "RUNNING", "generation": 0, "checkpoint_interval": 0.0,
+        "state": "RUNNING", "generation": 0, "checkpoint_interval": 0.0, "interval_auto": False,
         "last_checkpoint": None, "auto_restart": False, "restarts": 0, "recovering": None,
-        "last_failure": None, "time_lost": 0.0, "gave_up": None, "last_exit": None}
+        "last_failure": None, "time_lost": 0.0, "gave_up": None, "last_exit": None,
+        "replicas": 0, "replicated_trees": 0}
     sim.join(3)
     assert sim.send(1, peers(3)) == []
     sim.send(2, peers(2))

@@ -7,11 +7,12 @@ import pytest
 from dmtcp_py.coordinator import recovery
 from dmtcp_py.coordinator.machine import CloseAgent, Notice, RestartGeneration, Shutdown
 from dmtcp_py.coordinator.recovery import RecoveryPolicy
-from dmtcp_py.protocol.messages import Heartbeat, ImageInfo, Kill, TreeEnded
+from dmtcp_py.protocol.messages import Heartbeat, ImageInfo, Kill, KilledProcess, TreeEnded
 from dmtcp_py.protocol.states import State
 from tests.unit.test_machine import Sim, image_of, of_type, sent
 
 AUTO = RecoveryPolicy(auto_restart=True, heartbeat=0, max_restarts=3)
+RANK_KILLED = KilledProcess(pid=1234, signal=9, name="solver")   # the OOM killer's
 
 
 def checkpointed(n: int = 3, policy: RecoveryPolicy = AUTO, **options) -> Sim:
@@ -64,10 +65,31 @@ def finish_restart(sim: Sim, ids: list[int]) -> list:
     (None, False, None, True),                         # agent gone without a word
     (None, False, "its host h went silent", True),
     (None, True, None, False),
+    # a process of the tree killed by a failure signal, then the program ...
+    (TreeEnded(code=1, killed=RANK_KILLED), False, None, True),   # ... failed: mpirun
+    (TreeEnded(code=-6, killed=RANK_KILLED), False, None, True),  # ... killed too
+    (TreeEnded(code=0, killed=RANK_KILLED), False, None, False),  # ... coped with it
+    (TreeEnded(code=1, killed=RANK_KILLED, requested=True), False, None, False),   # -k
+    (TreeEnded(code=1, killed=RANK_KILLED, checkpointed=True), False, None, False),
+    (TreeEnded(code=1, killed=RANK_KILLED), True, None, False),   # a recovery stopped it
 ])
 def test_why_lost(ended, dismissed, silent, lost):
     why = recovery.why_lost(ended, dismissed=dismissed, silent=silent)
     assert (why is not None) == lost
+    # an end is a failure or an exit of its own, never both
+    if lost:
+        assert recovery.own_exit(ended, dismissed=dismissed) is None
+
+
+def test_why_names_the_killed_process():
+    ended = TreeEnded(code=1, killed=RANK_KILLED)
+    assert recovery.why_lost(ended, dismissed=False, silent=None) == \
+        "its process solver (pid 1234) was killed by SIGKILL"
+    cored = TreeEnded(code=-11, killed=KilledProcess(pid=7, signal=3, name="w", core=True))
+    assert recovery.why_lost(cored, dismissed=False, silent=None) == \
+        "its process w (pid 7) was killed by SIGQUIT (core dumped)"
+    assert recovery.own_exit(ended, dismissed=False) is None
+    assert recovery.own_exit(TreeEnded(code=0, killed=RANK_KILLED), dismissed=False) == 0
 
 
 def test_why_names_the_signal_and_the_silence():
@@ -130,6 +152,18 @@ def test_without_auto_restart_a_failure_is_only_reported():
     assert of_type(actions, RestartGeneration) == [] and sent(actions, Kill) == []
     assert sim.m.status()["last_failure"]["tree_id"] == "t2"
     assert len(sim.m.agents) == 2
+
+
+def test_a_program_that_fails_after_its_process_was_killed_is_restarted():
+    sim = checkpointed()
+    sim.now = 20.0
+    sim.send(2, TreeEnded(code=1, killed=RANK_KILLED))   # mpirun exits 1 after its rank
+    actions = sim.leave(2)
+    assert sorted(a.agent_id for a in sent(actions, Kill)) == [1, 3]
+    st = sim.m.status()
+    assert st["recovering"] == "stopping" and st["last_exit"] is None
+    assert st["last_failure"]["why"] == "its process solver (pid 1234) was killed by SIGKILL"
+    assert st["last_failure"]["tree_id"] == "t2"
 
 
 def test_an_exit_is_reported_and_restarts_nothing():

@@ -121,7 +121,7 @@ def test_an_agent_joins_reports_and_leaves_with_its_connection():
         reply = await client.recv()
         assert reply.body["num_peers"] == 0 and "trees" not in reply.body
         client.send(Command(cmd=Cmd.INTERVAL, seconds=5))
-        assert (await client.recv()).body == {"interval": 5.0}
+        assert (await client.recv()).body == {"interval": 5.0, "interval_auto": False}
         client.close()
     run(scenario)
 

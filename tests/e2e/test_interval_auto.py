@@ -1,0 +1,102 @@
+"""`--interval auto` through the real commands: the coordinator's option
+and DMTCP_CHECKPOINT_INTERVAL=auto, dmtcp-command -i auto, dmtcp-launch -i
+auto; a word that is neither a number nor auto is one line of error.  No
+timing is asserted: only that the interval is chosen, shown, and followed."""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.conftest import kill_descendants, need_root
+from tests.e2e.harness import TIMEOUT, Computation, tool, wait_for
+from tests.e2e.test_bad_input import free_port, listening, one_line_error
+from tests.e2e.test_interval import PROGRAM, status_at, wait_generation
+
+
+@pytest.fixture
+def coordinator(tmp_path):
+    """A factory of one Computation per test; all gone at the end."""
+    need_root()
+    made: list[Computation] = []
+
+    def make(*options: str, **kwargs) -> Computation:
+        made.append(Computation(tmp_path, *options, **kwargs))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for c in made:
+            c.close()
+        kill_descendants()
+
+
+@pytest.mark.parametrize("argv", [
+    ["dmtcp-coordinator", "-i", "banana"],
+    ["dmtcp-command", "-i", "banana"],
+    ["dmtcp-launch", "-i", "banana", "true"],
+    ["dmtcp-coordinator", "--interval", "-3"],
+])
+def test_bad_interval_is_one_line(argv, no_strays):
+    port = free_port()
+    one_line_error([tool(argv[0]), "-p", str(port), *argv[1:]], "interval")
+    assert not listening(port)  # nothing was started
+
+
+def test_bad_interval_from_the_environment(no_strays):
+    port = free_port()
+    res = subprocess.run([tool("dmtcp-coordinator"), "-p", str(port)],
+                         env={"DMTCP_CHECKPOINT_INTERVAL": "soon", "PATH": "/usr/bin:/bin"},
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT)
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    assert res.stderr.count("\n") == 1 and "'soon'" in res.stderr, res.stderr
+    assert not listening(port)
+
+
+def test_environment_auto(coordinator):
+    comp = coordinator(env={"DMTCP_CHECKPOINT_INTERVAL": "auto"})
+    st = comp.status()
+    assert st["interval_auto"] is True and st["checkpoint_interval"] > 0
+    assert any(line.startswith("CKPT_INTERVAL=") and line.endswith(" (auto)")
+               for line in comp.command("-s").stdout.splitlines())
+
+
+def test_coordinator_auto_chooses_and_follows(coordinator, programs):
+    comp = coordinator("--interval", "auto")
+    proc, _ = comp.launch(*programs["counter_single"], *PROGRAM)
+    comp.wait_peers(1)
+    # one checkpoint on request measures the cost; the interval chosen from
+    # it (the program is young: short) then brings the next one by itself
+    comp.checkpoint()
+    wait_generation(comp.status, 2)
+    st = comp.status()
+    assert st["interval_auto"] is True and st["checkpoint_interval"] > 0
+    assert st["last_checkpoint"]["ok"]
+    # a number leaves auto mode; -i auto comes back to it
+    assert comp.command("-i", "0").stdout.strip() == "checkpoint interval: 0 s"
+    assert comp.status()["interval_auto"] is False
+    out = comp.command("-i", "auto").stdout.strip()
+    assert out.startswith("checkpoint interval: auto, "), out
+    assert comp.status()["interval_auto"] is True
+    comp.kill_and_wait(proc)
+
+
+def test_launch_auto_for_the_coordinator_it_starts(tmp_path, programs, no_strays):
+    need_root()
+    port = free_port()
+    with open(tmp_path / "out", "w") as o:
+        proc = subprocess.Popen([tool("dmtcp-launch"), "-i", "auto", "-p", str(port),
+                                 "--ckptdir", str(tmp_path), *programs["counter_single"], *PROGRAM],
+                                stdin=subprocess.DEVNULL, stdout=o)
+    try:
+        wait_for(lambda: listening(port), what="the coordinator launch starts")
+        assert status_at(port)["interval_auto"] is True
+        subprocess.run([tool("dmtcp-command"), "-p", str(port), "-k"], check=True,
+                       capture_output=True, timeout=TIMEOUT)
+        proc.wait(timeout=TIMEOUT)
+        wait_for(lambda: not listening(port), what="the coordinator to exit with the program")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
