@@ -54,6 +54,19 @@ def kill_descendants() -> None:
             break
 
 
+def reap_zombies() -> bool:
+    """Reap every child that has ended (pytest is a subreaper: orphaned
+    trees come to it); True once none is left unreaped."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if pid == 0:
+            break
+    return not any(c.status() == psutil.STATUS_ZOMBIE for c in psutil.Process().children())
+
+
 @pytest.fixture
 def no_strays():
     yield

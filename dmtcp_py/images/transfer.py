@@ -66,17 +66,12 @@ def send(directory: Path, out: BinaryIO, *, generation: int | None = None) -> in
         out.write(json.dumps(header).encode() + b"\n")
         out.write(raw)
         sent = len(raw)
-        for name, size in files.items():
-            fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=dir_fd)
+        for fname, size in files.items():
+            fd = os.open(fname, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=dir_fd)
             with open(fd, "rb", buffering=0) as f:
-                left = size
-                while left:
-                    chunk = f.read(min(CHUNK, left))
-                    if not chunk:
-                        raise ImageError(f"{directory}/{name} is shorter than its manifest says")
-                    out.write(chunk)
-                    left -= len(chunk)
-                sent += size
+                _pump(f.read, out.write, size,
+                      f"{directory}/{fname} is shorter than its manifest says")
+            sent += size
         out.flush()
         return sent
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -137,23 +132,32 @@ def receive(inp: BinaryIO, ckptdir: Path) -> Path:
 def _receive_file(inp: BinaryIO, path: Path, size: int, digest: str, image: str) -> None:
     h = hashlib.sha256()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    def write(chunk: bytes) -> None:
+        h.update(chunk)
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(fd, view):]
+
     try:
-        left = size
-        while left:
-            chunk = inp.read(min(CHUNK, left))
-            if not chunk:
-                raise ImageError(f"the stream of {image} ended inside {path.name}")
-            h.update(chunk)
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(fd, view):]
-            left -= len(chunk)
+        _pump(inp.read, write, size, f"the stream of {image} ended inside {path.name}")
         if h.hexdigest() != digest:
             raise ImageError(f"the copy of {image}/{path.name} does not match its checksum "
                              "(sha256)")
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _pump(read, write, size: int, short: str) -> None:
+    """size bytes from read(n) to write(chunk), a chunk at a time;
+    ImageError(short) if read runs dry first."""
+    left = size
+    while left:
+        chunk = read(min(CHUNK, left))
+        if not chunk:
+            raise ImageError(short)
+        write(chunk)
+        left -= len(chunk)
 
 
 def _write_private(path: Path, data: bytes) -> None:

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from dmtcp_py.coordinator import restarter
 from tests.conftest import kill_descendants, need_root
 from tests.e2e.harness import Computation
 
@@ -41,3 +42,37 @@ def comp(tmp_path):
     finally:
         c.close()
         kill_descendants()
+
+
+@pytest.fixture
+def coordinator(tmp_path):
+    """A factory of one Computation per test, with the options given; all
+    gone at the end."""
+    need_root()
+    made: list[Computation] = []
+
+    def make(*options: str, **kwargs) -> Computation:
+        made.append(Computation(tmp_path, *options, **kwargs))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for c in made:
+            c.close()
+        kill_descendants()
+
+
+@pytest.fixture
+def auto(tmp_path):
+    """A coordinator with --auto-restart, interval checkpoints every second
+    and quick heartbeats; its recovery output file goes with it."""
+    need_root()
+    comp = Computation(tmp_path, "--interval", "1", "--auto-restart",
+                       "--heartbeat", "0.5", "--heartbeat-timeout", "3")
+    try:
+        yield comp
+    finally:
+        comp.close()
+        kill_descendants()
+        restarter.output_path(comp.port).unlink(missing_ok=True)

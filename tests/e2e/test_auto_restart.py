@@ -17,26 +17,12 @@ import psutil
 import pytest
 
 from dmtcp_py.coordinator import restarter
-from tests.conftest import kill_descendants
-from tests.e2e.conftest import need_root
 from tests.e2e.harness import Computation, ticks, wait_for
 
 TICKS = 160          # ticks of the ring's programs ...
 TICK_MS = 50         # ... this far apart: ~8 s of running, longer than a recovery
 PORT = "7921"
 ADDRS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]  # loopback, one listener each
-
-
-@pytest.fixture
-def auto(tmp_path):
-    need_root()
-    comp = Computation(tmp_path, "--interval", "1", "--auto-restart",
-                       "--heartbeat", "0.5", "--heartbeat-timeout", "3")
-    try:
-        yield comp
-    finally:
-        comp.close()
-        kill_descendants()
 
 
 def launch_ring(comp: Computation, net_stream: list[str]):
@@ -109,9 +95,15 @@ def test_a_program_that_exits_by_itself_is_not_restarted(auto, programs):
     ends, _ = auto.launch("sh", "-c", "sleep 2; exit 3")
     auto.wait_peers(2)
     wait_for(lambda: auto.status()["generation"] >= 1, what="an interval checkpoint")
+    assert_exit_not_restarted(auto, ends, stays)
+
+
+def assert_exit_not_restarted(comp: Computation, ends, stays) -> None:
+    """ends exits 3 by itself: reported as its exit, nothing restarted,
+    and stays runs on alone."""
     assert ends.wait(timeout=30) == 3
-    st = wait_for(lambda: auto.status()["last_exit"], what="the exit reported")
+    st = wait_for(lambda: comp.status()["last_exit"], what="the exit reported")
     assert st["exit_code"] == 3
-    st = auto.status()
+    st = comp.status()
     assert st["restarts"] == 0 and st["last_failure"] is None and st["recovering"] is None
     assert stays.poll() is None and st["num_trees"] == 1

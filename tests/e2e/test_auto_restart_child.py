@@ -22,10 +22,9 @@ import psutil
 import pytest
 
 from dmtcp_py.coordinator import restarter
-from tests.conftest import kill_descendants
 from tests.e2e import mpi
-from tests.e2e.conftest import need_root
 from tests.e2e.harness import Computation, ticks, wait_for
+from tests.e2e.test_auto_restart import assert_exit_not_restarted
 
 # the parent: runs its worker, says how it ended, fails when it did not
 # end well
@@ -37,19 +36,6 @@ sys.exit(0 if code == 0 else 1)
 """
 WORKER_TICKS = "1000000"   # ends only when it is told to
 TICK_MS = "20"
-
-
-@pytest.fixture
-def auto(tmp_path):
-    need_root()
-    comp = Computation(tmp_path, "--interval", "1", "--auto-restart",
-                       "--heartbeat", "0.5", "--heartbeat-timeout", "3")
-    try:
-        yield comp
-    finally:
-        comp.close()
-        kill_descendants()
-        restarter.output_path(comp.port).unlink(missing_ok=True)
 
 
 def only_process(name: str) -> psutil.Process:
@@ -107,12 +93,7 @@ def test_a_pipeline_and_a_child_its_parent_killed_are_no_failure(auto, tmp_path)
     auto.wait_peers(2)
     first_checkpoint(auto)
     go.touch()
-    assert ends.wait(timeout=30) == 3
-    st = wait_for(lambda: auto.status()["last_exit"], what="the exit reported")
-    assert st["exit_code"] == 3
-    st = auto.status()
-    assert st["restarts"] == 0 and st["last_failure"] is None and st["recovering"] is None
-    assert stays.poll() is None and st["num_trees"] == 1
+    assert_exit_not_restarted(auto, ends, stays)
 
 
 # ---- an MPI job -----------------------------------------------------------------------------

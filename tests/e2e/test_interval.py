@@ -9,29 +9,11 @@ import time
 
 import pytest
 
-from tests.conftest import kill_descendants, need_root
+from tests.conftest import need_root
 from tests.e2e.harness import TIMEOUT, Computation, last_tick, ticks, tool, wait_for
 from tests.e2e.test_bad_input import free_port, listening
 
 PROGRAM = ("100000", "20")  # counter_single's TICKS, INTERVAL_MS: runs until killed
-
-
-@pytest.fixture
-def coordinator(tmp_path):
-    """A factory of one Computation per test, with the options given."""
-    need_root()
-    made: list[Computation] = []
-
-    def make(*options: str, **kwargs) -> Computation:
-        made.append(Computation(tmp_path, *options, **kwargs))
-        return made[-1]
-
-    try:
-        yield make
-    finally:
-        for c in made:
-            c.close()
-        kill_descendants()
 
 
 def status_at(port: int) -> dict:
@@ -121,20 +103,29 @@ def test_console_interval(coordinator, programs):
     assert proc.wait(timeout=TIMEOUT) != 0  # killed by q
 
 
-def test_launch_interval_for_the_coordinator_it_starts(tmp_path, programs, no_strays):
+@pytest.mark.parametrize("interval", ["1", "auto"])
+def test_launch_interval_for_the_coordinator_it_starts(tmp_path, programs, no_strays, interval):
     need_root()
     port = free_port()
     with open(tmp_path / "out", "w") as o:
-        proc = subprocess.Popen([tool("dmtcp-launch"), "-i", "1", "-p", str(port),
+        proc = subprocess.Popen([tool("dmtcp-launch"), "-i", interval, "-p", str(port),
                                  "--ckptdir", str(tmp_path), *programs["counter_single"], *PROGRAM],
                                 stdin=subprocess.DEVNULL, stdout=o)
-    wait_for(lambda: listening(port), what="the coordinator launch starts")
-    assert status_at(port)["checkpoint_interval"] == 1
-    wait_generation(lambda: status_at(port), 2)
-    subprocess.run([tool("dmtcp-command"), "-p", str(port), "-k"], check=True,
-                   capture_output=True, timeout=TIMEOUT)
-    proc.wait(timeout=TIMEOUT)
-    wait_for(lambda: not listening(port), what="the coordinator to exit with the program")
+    try:
+        wait_for(lambda: listening(port), what="the coordinator launch starts")
+        st = status_at(port)
+        assert st["interval_auto"] is (interval == "auto")
+        if interval != "auto":  # (auto's first interval is 10 s: not waited for here)
+            assert st["checkpoint_interval"] == 1
+            wait_generation(lambda: status_at(port), 2)
+        subprocess.run([tool("dmtcp-command"), "-p", str(port), "-k"], check=True,
+                       capture_output=True, timeout=TIMEOUT)
+        proc.wait(timeout=TIMEOUT)
+        wait_for(lambda: not listening(port), what="the coordinator to exit with the program")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_restart_continues_from_the_newest_generation(comp, programs):

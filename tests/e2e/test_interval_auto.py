@@ -8,28 +8,9 @@ import subprocess
 
 import pytest
 
-from tests.conftest import kill_descendants, need_root
-from tests.e2e.harness import TIMEOUT, Computation, tool, wait_for
+from tests.e2e.harness import TIMEOUT, tool
 from tests.e2e.test_bad_input import free_port, listening, one_line_error
-from tests.e2e.test_interval import PROGRAM, status_at, wait_generation
-
-
-@pytest.fixture
-def coordinator(tmp_path):
-    """A factory of one Computation per test; all gone at the end."""
-    need_root()
-    made: list[Computation] = []
-
-    def make(*options: str, **kwargs) -> Computation:
-        made.append(Computation(tmp_path, *options, **kwargs))
-        return made[-1]
-
-    try:
-        yield make
-    finally:
-        for c in made:
-            c.close()
-        kill_descendants()
+from tests.e2e.test_interval import PROGRAM, wait_generation
 
 
 @pytest.mark.parametrize("argv", [
@@ -80,23 +61,3 @@ def test_coordinator_auto_chooses_and_follows(coordinator, programs):
     assert out.startswith("checkpoint interval: auto, "), out
     assert comp.status()["interval_auto"] is True
     comp.kill_and_wait(proc)
-
-
-def test_launch_auto_for_the_coordinator_it_starts(tmp_path, programs, no_strays):
-    need_root()
-    port = free_port()
-    with open(tmp_path / "out", "w") as o:
-        proc = subprocess.Popen([tool("dmtcp-launch"), "-i", "auto", "-p", str(port),
-                                 "--ckptdir", str(tmp_path), *programs["counter_single"], *PROGRAM],
-                                stdin=subprocess.DEVNULL, stdout=o)
-    try:
-        wait_for(lambda: listening(port), what="the coordinator launch starts")
-        assert status_at(port)["interval_auto"] is True
-        subprocess.run([tool("dmtcp-command"), "-p", str(port), "-k"], check=True,
-                       capture_output=True, timeout=TIMEOUT)
-        proc.wait(timeout=TIMEOUT)
-        wait_for(lambda: not listening(port), what="the coordinator to exit with the program")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()

@@ -9,10 +9,12 @@ and leaves nothing behind but the directory, which the test owns.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 SSHD = "/usr/sbin/sshd"
@@ -101,3 +103,29 @@ class SshHosts:
         if self._made_privsep:
             shutil.rmtree(PRIVSEP, ignore_errors=True)
             self._made_privsep = False
+
+
+@contextlib.contextmanager
+def ssh_cluster(n: int, root: Path, make: Callable, **network) -> Iterator[Callable]:
+    """n namespace hosts (TestNetwork(n, **network)) with sshd; yields
+    new(*args, **kw) -> make(net, ssh, root, *args, **kw).  At the end every
+    process the made objects started (their .procs) is killed and reaped,
+    then whatever else is left below us, then sshd and the network."""
+    from tests.conftest import kill_descendants
+    from tests.multihost.netns import TestNetwork
+    made: list = []
+    with TestNetwork(n, **network) as net:
+        ssh = SshHosts(net.hosts, root / "ssh")
+        try:
+            def new(*args, **kw):
+                made.append(make(net, ssh, root, *args, **kw))
+                return made[-1]
+            yield new
+        finally:
+            for thing in made:
+                for proc in thing.procs:
+                    if proc.poll() is None:
+                        proc.kill()
+                    proc.wait()
+            kill_descendants()
+            ssh.close()

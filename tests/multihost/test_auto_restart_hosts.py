@@ -25,11 +25,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import kill_descendants, need_root
+from tests.conftest import need_root, reap_zombies
 from tests.e2e import mpi
 from tests.e2e.harness import TIMEOUT, ticks, wait_for
 from tests.multihost.netns import TestNetwork
-from tests.multihost.sshd import SshHosts
+from tests.multihost.sshd import SshHosts, ssh_cluster
 
 BIN = Path(sys.executable).parent
 PROGRAM = Path(__file__).parent.parent / "e2e" / "programs" / "net_stream.c"
@@ -143,23 +143,9 @@ def healing(tmp_path):
     need_root()
     storage = tmp_path / "storage"
     storage.mkdir()
-    made: list[Healing] = []
     scratch = mpi.scratch_entries()
-    with TestNetwork(5, storage=storage) as net:
-        ssh = SshHosts(net.hosts, tmp_path / "ssh")
-        try:
-            def make(*options: str, env: dict | None = None) -> Healing:
-                made.append(Healing(net, ssh, tmp_path, *options, env=env))
-                return made[-1]
-            yield make
-        finally:
-            for h in made:
-                for proc in h.procs:
-                    if proc.poll() is None:
-                        proc.kill()
-                    proc.wait()
-            kill_descendants()
-            ssh.close()
+    with ssh_cluster(5, tmp_path, Healing, storage=storage) as new:
+        yield new
     mpi.remove_scratch(scratch)
 
 
@@ -303,7 +289,7 @@ def test_a_host_killed_with_its_storage_the_ring_finishes_on_the_spare(healing, 
     # the hosts share one pid space: the dead host's processes are reaped
     # (we are their subreaper) before the spare restores their pids
     members[1].wait(timeout=TIMEOUT)
-    wait_for(_reap_zombies, what="the dead host's processes to be reaped")
+    wait_for(reap_zombies, what="the dead host's processes to be reaped")
     st = h.healed(1, 3)
     assert st["last_failure"]["host"] == "h3" and "silent" in st["last_failure"]["why"], st
     assert st["gave_up"] is None
@@ -313,15 +299,3 @@ def test_a_host_killed_with_its_storage_the_ring_finishes_on_the_spare(healing, 
     no_wrong_bytes([members[0], members[2]])
     assert_ring_finished(h, first)
     assert f"trees of h3 restart on {spare.name}" in h.recovery_out.read_text(errors="replace")
-
-
-def _reap_zombies() -> bool:
-    """Reap every child that has ended; True once none is left unreaped."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return True
-        if pid == 0:
-            break
-    return not any(c.status() == psutil.STATUS_ZOMBIE for c in psutil.Process().children())

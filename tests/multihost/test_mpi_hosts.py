@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import kill_descendants, need_root
+from tests.conftest import need_root
 from tests.e2e import mpi
 from tests.e2e.harness import TIMEOUT, wait_for
 from tests.multihost.netns import TestNetwork
-from tests.multihost.sshd import SshHosts
+from tests.multihost.sshd import SshHosts, ssh_cluster
 
 BIN = Path(sys.executable).parent
 COORD_PORT = "7779"
@@ -84,22 +84,8 @@ def solvers(tmp_path_factory):
 def cluster_for(tmp_path):
     need_root()
     scratch = mpi.scratch_entries()
-    made: list[Cluster] = []
-    with TestNetwork(5) as net:
-        ssh = SshHosts(net.hosts, tmp_path / "ssh")
-        try:
-            def make(impl: mpi.Mpi) -> Cluster:
-                made.append(Cluster(net, ssh, tmp_path, impl))
-                return made[-1]
-            yield make
-        finally:
-            for cluster in made:
-                for proc in cluster.procs:
-                    if proc.poll() is None:
-                        proc.kill()
-                    proc.wait()
-            kill_descendants()
-            ssh.close()
+    with ssh_cluster(5, tmp_path, Cluster) as new:
+        yield new
     mpi.remove_scratch(scratch)
 
 

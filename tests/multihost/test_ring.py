@@ -17,7 +17,7 @@ import pytest
 
 from dmtcp_py.fault_injection import hold_env
 from dmtcp_py.protocol.states import State
-from tests.conftest import kill_descendants, need_root
+from tests.conftest import kill_descendants, need_root, reap_zombies
 from tests.e2e.harness import TIMEOUT, ticks, wait_for
 from tests.multihost.netns import TestNetwork
 
@@ -209,19 +209,6 @@ def test_two_trees_of_one_host_spread_to_two_others(ring):
     no_failure(moved.values())
 
 
-def _reap_zombies() -> bool:
-    """Reap every child that has ended; True once none is left unreaped."""
-    import psutil
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return True
-        if pid == 0:
-            break
-    return not any(c.status() == psutil.STATUS_ZOMBIE for c in psutil.Process().children())
-
-
 def test_a_host_killed_mid_checkpoint_the_others_go_on_and_all_restart_elsewhere(ring):
     """A whole host dies in the middle of a checkpoint: the trees on the
     other hosts are released (their neighbour on the dead host is gone, so
@@ -245,7 +232,7 @@ def test_a_host_killed_mid_checkpoint_the_others_go_on_and_all_restart_elsewhere
     # the test hosts share one pid space: the dead host's processes must be
     # reaped (we are their subreaper) before their pids can be restored
     members[1].wait(timeout=TIMEOUT)
-    wait_for(_reap_zombies, what="the dead host's processes to be reaped")
+    wait_for(reap_zombies, what="the dead host's processes to be reaped")
     _, err = bc.communicate(timeout=TIMEOUT * 2)
     assert bc.returncode != 0 and "exited during the checkpoint" in err, err
     # the survivors are released: each tree runs, or has ended on its own

@@ -98,23 +98,33 @@ def test_dmtcp_image_pipes_an_image_and_says_where(tmp_path):
     assert bad.returncode != 0 and bad.stderr.count(b"\n") == 1 and b"Traceback" not in bad.stderr
 
 
+def restart_moved(tmp_path, img: ImageInfo, restart: str) -> subprocess.CompletedProcess:
+    """The restart script of one image, its host lost and mapped to this one."""
+    script = tmp_path / "restart.sh"
+    script.write_text(restart_script.render([img], comp_id="c", generation=1,
+                                            coord_host="127.0.0.1", coord_port=7779))
+    return subprocess.run(["bash", str(script), "--map", f"{img.host}={socket.gethostname()}",
+                           "--lost", img.host], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "DMTCP_RESTART": restart})
+
+
+def args_stub(tmp_path) -> Path:
+    """A dmtcp_restart that writes its arguments, one a line, beside itself."""
+    stub = tmp_path / "restart-stub"
+    stub.write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done > "$0.args"\n')
+    stub.chmod(0o700)
+    return stub
+
+
 def test_the_restart_script_copies_a_moved_tree_from_its_replica(tmp_path):
     """The tree's host is lost; a replica is on "localhost" (this host, by
     another name): the script copies it into the tree's directory on the
     new host (this one) and restarts it from there."""
     replica = sealed_image(tmp_path / "replica")
     primary = tmp_path / "ckpt" / NAME
-    stub = tmp_path / "restart-stub"
-    stub.write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done > "$0.args"\n')
-    stub.chmod(0o700)
     img = ImageInfo(path=str(primary), host="lost-host", tree_id="tree1", program="prog",
                     replicas=(Copy(host="localhost", path=str(replica)),))
-    script = tmp_path / "restart.sh"
-    script.write_text(restart_script.render([img], comp_id="c", generation=1,
-                                            coord_host="127.0.0.1", coord_port=7779))
-    res = subprocess.run(["bash", str(script), "--map", f"lost-host={socket.gethostname()}",
-                          "--lost", "lost-host"], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "DMTCP_RESTART": str(stub)})
+    res = restart_moved(tmp_path, img, str(args_stub(tmp_path)))
     assert res.returncode == 0, res.stderr
     assert load(primary).generation == 1  # copied into the tree's own directory
     assert str(primary) in (tmp_path / "restart-stub.args").read_text().splitlines()
@@ -123,12 +133,7 @@ def test_the_restart_script_copies_a_moved_tree_from_its_replica(tmp_path):
 def test_the_restart_script_fails_in_one_line_when_no_copy_can_be_had(tmp_path):
     img = ImageInfo(path=str(tmp_path / "ckpt" / NAME), host="lost-host", tree_id="tree1",
                     program="prog")
-    script = tmp_path / "restart.sh"
-    script.write_text(restart_script.render([img], comp_id="c", generation=1,
-                                            coord_host="127.0.0.1", coord_port=7779))
-    res = subprocess.run(["bash", str(script), "--map", f"lost-host={socket.gethostname()}",
-                          "--lost", "lost-host"], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "DMTCP_RESTART": "/bin/false"})
+    res = restart_moved(tmp_path, img, "/bin/false")
     assert res.returncode != 0
     assert "error: no copy of" in res.stderr
 
@@ -136,16 +141,8 @@ def test_the_restart_script_fails_in_one_line_when_no_copy_can_be_had(tmp_path):
 def test_the_restart_script_uses_an_image_already_on_the_new_host(tmp_path):
     """Shared storage: the lost host's image is at its path here too."""
     primary = sealed_image(tmp_path / "ckpt")
-    stub = tmp_path / "restart-stub"
-    stub.write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done > "$0.args"\n')
-    stub.chmod(0o700)
     img = ImageInfo(path=str(primary), host="lost-host", tree_id="tree1", program="prog")
-    script = tmp_path / "restart.sh"
-    script.write_text(restart_script.render([img], comp_id="c", generation=1,
-                                            coord_host="127.0.0.1", coord_port=7779))
-    res = subprocess.run(["bash", str(script), "--map", f"lost-host={socket.gethostname()}",
-                          "--lost", "lost-host"], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "DMTCP_RESTART": str(stub)})
+    res = restart_moved(tmp_path, img, str(args_stub(tmp_path)))
     assert res.returncode == 0, res.stderr
     assert "copying" not in res.stderr
     assert str(primary) in (tmp_path / "restart-stub.args").read_text().splitlines()
