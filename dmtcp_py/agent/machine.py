@@ -446,6 +446,13 @@ class AgentMachine:
         """A process called dmtcp_checkpoint()."""
         return [Send(messages.CkptRequest())] if self.linked else []
 
+    def owes_suspend(self, suspended: bool) -> bool:
+        """A process connected running while its tree is in a round (it was
+        started or exec'd just as the round began, after the SUSPEND went
+        out): it must stop before it is asked anything else, or its
+        sockets would be parked under a running program."""
+        return not suspended and not self.running
+
     def owes_resume(self, suspended: bool) -> bool:
         """A process connected (again) and says whether it is suspended."""
         return suspended and self.running

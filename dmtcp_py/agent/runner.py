@@ -68,6 +68,7 @@ class Agent:
         name = cfg.manifest.agent_socket if cfg.manifest else f"dmtcp-agent-{cfg.tree_id}"
         self.shims = ShimLink(name, on_change=lambda: self.peers.changed(),
                               owes_resume=self.machine.owes_resume,
+                              owes_suspend=self.machine.owes_suspend,
                               resume_arg=self.machine.resume_arg,
                               on_ckpt_request=self._ckpt_requested,
                               die_with_agent=lambda: self.machine.die_with_agent,
@@ -165,8 +166,6 @@ class Agent:
         except Exception:
             log.exception("agent failure")
             raise
-        log.warning("lost the coordinator; the program keeps running without checkpoints "
-                    "until one answers on %s again", self.link.where)
         async with self.busy:  # the work under way (a dump) ends first
             await self._apply(self.machine.coordinator_lost())
 
@@ -242,6 +241,8 @@ class Agent:
                 log.error("%s", why)
                 self.tree.kill()
             case am.Rejoin():  # it follows the new link once it has one
+                log.warning("lost the coordinator; the program keeps running without "
+                            "checkpoints until one answers on %s again", self.link.where)
                 self._follower = asyncio.create_task(self._rejoin())
             case am.ReportPeers():
                 self.peers.now()

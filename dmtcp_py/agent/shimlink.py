@@ -33,6 +33,7 @@ from dmtcp_py.agent.records import (
     READY,
     RECORD,
     RESUME,
+    SUSPEND,
     SUSPENDED,
     UNPARK,
     UNPARK_FD,
@@ -120,6 +121,7 @@ async def _send(sock: socket.socket, data: bytes, passed: int | None = None) -> 
 class ShimLink:
     def __init__(self, name: str, on_change: Callable[[], None] = lambda: None,
                  owes_resume: Callable[[bool], bool] = lambda suspended: False,
+                 owes_suspend: Callable[[bool], bool] = lambda suspended: False,
                  resume_arg: Callable[[], int] = lambda: 0,
                  on_ckpt_request: Callable[[int], None] = lambda pid: None,
                  die_with_agent: Callable[[], bool] = lambda: False,
@@ -134,6 +136,7 @@ class ShimLink:
         # a process that says hello while still suspended may be owed a
         # RESUME at once (the agent's machine decides)
         self._owes_resume = owes_resume
+        self._owes_suspend = owes_suspend
         self._resume_arg = resume_arg            # what a RESUME tells the process
         self._on_ckpt_request = on_ckpt_request  # a program's dmtcp_checkpoint()
         self._die_with_agent = die_with_agent    # what FATE tells each process
@@ -266,6 +269,11 @@ class ShimLink:
                     if self._owes_resume(bool(arg)):
                         log.warning("pid %d came back suspended after the checkpoint; resuming it", pid)
                         await _send(sock, pack(RESUME, self._resume_arg()))
+                    elif self._owes_suspend(bool(arg)):
+                        # records are taken in order: this one before any
+                        # request of the round; its answer is skipped as stale
+                        log.info("pid %d joined during a checkpoint; suspending it", pid)
+                        await _send(sock, pack(SUSPEND, 0))
                 else:
                     if type_ == SUSPENDED and arg:
                         log.warning("pid %d: %d threads would not stop", pid, arg)

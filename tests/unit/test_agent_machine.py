@@ -105,6 +105,16 @@ def test_a_process_back_while_suspended_waits_inside_a_round_and_is_released_out
     assert m.owes_resume(True)
 
 
+def test_a_process_that_joins_running_during_a_round_is_suspended_first():
+    m = fresh()
+    assert not m.owes_suspend(False) and not m.owes_suspend(True)
+    for state in ROUND[:-1]:
+        go(m, state)
+        assert m.owes_suspend(False) and not m.owes_suspend(True)
+    go(m, State.RUNNING)
+    assert not m.owes_suspend(False)
+
+
 @pytest.mark.parametrize("state", [State.FD_LEADER_ELECTION, State.DRAINED, State.CHECKPOINTED,
                                    State.REFILLED, State.RUNNING])
 def test_a_barrier_out_of_turn_is_refused_and_changes_nothing(state):
