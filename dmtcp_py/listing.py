@@ -3,6 +3,16 @@ and a tree's processes (`dmtcp-command -s/-l` and the console), socket
 addresses (the agent's warnings and dmtcp-inspect)."""
 from __future__ import annotations
 
+import signal
+
+
+def signal_name(number: int) -> str:
+    """SIGKILL for 9; "signal 42" for one without a name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
 
 def address_text(addr) -> str:
     """A socket address as the tables store it: [ip, port] (or a tuple, as

@@ -18,10 +18,11 @@ otherwise, and dropped too when the coordinator goes away or never says.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dmtcp_py.agent import records
+from dmtcp_py.listing import signal_name
 from dmtcp_py.protocol import messages
 from dmtcp_py.protocol.states import State, TransitionError, check_transition
 
@@ -365,6 +366,16 @@ class AgentMachine:
         """A barrier's work is over: the state is reached (also when the
         work failed: the checkpoint fails, the tree goes on)."""
         self.state = step.target
+        actions: list = []
+        if step.work is Work.DUMP and result.error is None and self.killed is not None:
+            # the image would hold a program on its way to failing (its
+            # parent reaped the killed process, and aborts): every restart
+            # from it would fail the same way
+            k = self.killed
+            actions.append(Discard(step.generation, result.pending))
+            result = replace(result, pending=None, image=None, error=(
+                f"its process {k.name} (pid {k.pid}) was killed by {signal_name(k.signal)} "
+                "before this checkpoint: a tree that lost a process is not checkpointed"))
         if step.work is Work.DUMP:
             self.expect_pids = result.parked
             if result.error is None:
@@ -372,7 +383,7 @@ class AgentMachine:
                 self.stopped_by_checkpoint = step.stop
         if step.work is Work.RESUME:
             self.running = True
-        return [Send(messages.Reached(
+        return actions + [Send(messages.Reached(
             state=step.target, ok=result.error is None, error=result.error,
             image=result.image if step.work is Work.DUMP else None,
             external=result.external, failed_conns=result.failed_conns))]

@@ -136,6 +136,7 @@ class Agent:
         assert m is not None
         try:
             self.relays = await start.restore(self.cfg, self.tree, self.net, self.link.local_ip)
+            self.work.relays = self.relays
         except UserError as exc:
             await self._apply(self.machine.restored(error=str(exc)))
             self._follower.cancel()

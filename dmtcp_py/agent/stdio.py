@@ -14,6 +14,8 @@ and write where the restarting command does.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import ctypes
 import os
 import stat
@@ -21,9 +23,16 @@ import stat
 from dmtcp_py.errors import UserError
 
 
-def describe() -> dict[str, dict]:
+def describe(relays: Sequence[FileRelay] = ()) -> dict[str, dict]:
+    """The tree's stdio, as its agent's own fds 0-2 are, except where a
+    restore gave the tree a relay file in their place (prepare): then that
+    file, which is what the tree holds and CRIU must be told of (else the
+    next image keeps it as a deleted file, and a restart from it writes
+    where nobody reads)."""
+    instead = {r.target: r.read_fd for r in relays}
     out = {}
-    for fd in (0, 1, 2):
+    for number in (0, 1, 2):
+        fd = instead.get(number, number)
         kind = _kind_of(fd)
         if kind is None:
             continue
@@ -35,7 +44,7 @@ def describe() -> dict[str, dict]:
             key = f"file[{_mnt_id(fd):x}:{st.st_ino:x}]"
         else:
             key = target
-        out[str(fd)] = {"kind": kind, "key": key, "path": target,
+        out[str(number)] = {"kind": kind, "key": key, "path": target,
                         "mode": stat.S_IMODE(st.st_mode)}  # CRIU checks it at restore
     return out
 

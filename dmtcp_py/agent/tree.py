@@ -79,6 +79,27 @@ def _state_and_name(pid: int) -> tuple[str, str] | None:
     return stat[right + 2:right + 3], stat[left + 1:right]
 
 
+def killed_zombie(pid: int) -> tuple[str, int, bool] | None:
+    """(name, signal, core dumped) of a zombie that a signal killed; None
+    for a live process, an exit, or one gone.  The wait status is the last
+    field of /proc/PID/stat (exit_code, Linux 3.5)."""
+    stat = procfs.read(f"/proc/{pid}/stat")
+    if stat is None:
+        return None
+    left, right = stat.find("("), stat.rfind(")")
+    fields = stat[right + 2:].split()
+    if left < 0 or right < left or not fields or fields[0] != "Z":
+        return None
+    try:
+        status = int(fields[-1])
+    except ValueError:
+        return None
+    signum = status & 0x7F
+    if signum == 0 or signum == 0x7F:
+        return None
+    return stat[left + 1:right], signum, bool(status & 0x80)
+
+
 def become_subreaper() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:

@@ -17,12 +17,14 @@ import psutil
 
 from dmtcp_py import fault_injection, logs
 from dmtcp_py.agent import criu_driver, records, stdio
+from dmtcp_py.agent import tree as tree_mod
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.machine import Step, Work, WorkResult
 from dmtcp_py.agent.network import Network
 from dmtcp_py.agent.shimlink import ShimLink
 from dmtcp_py.agent.tree import Tree
 from dmtcp_py.images import checkpoint, store
+from dmtcp_py.listing import signal_name
 from dmtcp_py.paths import hostname, run_dir
 from dmtcp_py.protocol import messages
 from dmtcp_py.protocol.states import State
@@ -38,6 +40,7 @@ class TreeWork:
                  send: Callable[[messages.Message], None]) -> None:
         self.cfg = cfg
         self.shims, self.net, self.tree = shims, net, tree
+        self.relays: list[stdio.FileRelay] = []  # a restored tree's stdio (start.restore)
         self._send = send
 
     async def carry_out(self, step: Step) -> WorkResult:
@@ -103,6 +106,7 @@ class TreeWork:
             finally:
                 self.tree.hold_reaping = False
                 ticker.cancel()
+            _no_failure_inside([p.pid for p in procs])
             m = await loop.run_in_executor(None, ckpt.save_files, facts, self.net.table)
             gone = step.stop
         except (criu_driver.CriuError, OSError) as exc:
@@ -130,7 +134,7 @@ class TreeWork:
 
     def _facts(self, step: Step, pids: list[int], shim_pids: list[int]) -> checkpoint.TreeFacts:
         cfg, m = self.cfg, self.cfg.manifest
-        io = stdio.describe()
+        io = stdio.describe(self.relays)
         return checkpoint.TreeFacts(
             comp_id=step.comp_id, tree_id=cfg.tree_id, program=cfg.program,
             argv=list(cfg.argv or (m.argv if m else [])), host=hostname(),
@@ -203,6 +207,21 @@ class TreeWork:
         log.warning("generation %d failed or was abandoned; its images here are dropped",
                     ckpt.generation)
         await asyncio.get_running_loop().run_in_executor(None, ckpt.discard)
+
+
+def _no_failure_inside(pids: list[int]) -> None:
+    """A process of the tree that a failure signal killed before or during
+    the dump is in the image as a zombie: its parent would reap it after
+    every restart, and a restart from this generation would fail the same
+    way.  Such a generation is no checkpoint: CriuError, and the one before
+    stays (the tree's end then tells the coordinator what was lost)."""
+    for pid in pids:
+        killed = tree_mod.killed_zombie(pid)
+        if killed is not None and records.failure_signal(killed[1], killed[2]):
+            name, signum, core = killed
+            raise criu_driver.CriuError(
+                f"process {name} (pid {pid}) was killed by {signal_name(signum)}"
+                + (" (core dumped)" if core else "") + " before the dump ended")
 
 
 _STEPS = {

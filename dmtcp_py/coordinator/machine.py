@@ -81,12 +81,16 @@ class CloseAgent:
 class RestartGeneration:
     """Recovery: run the restart of these images (the way the restart
     script does), old host -> new host as placed; when the command ends,
-    restart_command_ended(attempt, ...) says so."""
+    restart_command_ended(serial, ...) says so."""
     generation: int
     images: tuple[ImageInfo, ...]
     placement: tuple[tuple[str, str], ...]
     attempt: int
     lost_hosts: tuple[str, ...] = ()   # no image is fetched from these
+    # which restart command this is, over every recovery (attempts start at
+    # 1 in each): the previous recovery's command, ending with its lost
+    # tree, must not pass for this one's failing
+    serial: int = 0
 
 
 @dataclass(frozen=True)
@@ -191,6 +195,7 @@ class CoordinatorMachine:
         self._silent_hosts: set[str] = set()
         # --replicas: generation -> tree_id -> the copies its agent made
         self.copies: dict[int, dict[str, list[Copy]]] = {}
+        self._restart_serial = 0
 
     # ---- agents ----------------------------------------------------------
 
@@ -623,6 +628,8 @@ class CoordinatorMachine:
         except ValueError as exc:
             return actions + self._give_up(str(exc))
         rec.attempt += 1
+        self._restart_serial += 1
+        rec.serial = self._restart_serial
         rec.phase = Phase.RESTARTING
         rec.started = now
         rec.generation = chosen.generation
@@ -634,13 +641,14 @@ class CoordinatorMachine:
             Notice(f"recovery: restarting generation {rec.generation} ({len(images)} trees"
                    + (f"; {', '.join(moved)}" if moved else "") + f"), attempt {rec.attempt}"),
             RestartGeneration(rec.generation, images, tuple(sorted(placement.items())),
-                              rec.attempt, tuple(sorted(lost_hosts)))]
+                              rec.attempt, tuple(sorted(lost_hosts)), rec.serial)]
 
-    def restart_command_ended(self, attempt: int, error: str | None, now: float) -> list:
-        """The recovery's restart command ended: harmless once its trees
-        joined (it lives as long as they do); before that, the attempt failed."""
+    def restart_command_ended(self, serial: int, error: str | None, now: float) -> list:
+        """A recovery's restart command ended: harmless once its trees
+        joined (it lives as long as they do), or if it is an earlier
+        recovery's; before that, the attempt failed."""
         rec = self.recovery
-        if rec is None or rec.phase is not Phase.RESTARTING or rec.attempt != attempt:
+        if rec is None or rec.phase is not Phase.RESTARTING or rec.serial != serial:
             return []
         rnd = self.round
         if error is None or (rnd is not None and rnd.participants

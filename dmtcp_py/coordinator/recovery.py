@@ -10,9 +10,9 @@ restart does.  MPICH-V's volatile nodes, on this project's protocol.
 from __future__ import annotations
 
 import enum
-import signal
 from dataclasses import dataclass
 
+from dmtcp_py.listing import signal_name
 from dmtcp_py.protocol.messages import ImageInfo, TreeEnded
 
 HEARTBEAT = 1.0           # seconds between heartbeats, both ways
@@ -64,13 +64,7 @@ class Recovery:
     attempt: int = 0
     not_before: float = 0.0   # no restart before then (AGENT_LOSS_DELAY)
     generation: int = 0
-
-
-def signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
+    serial: int = 0           # the restart command of the current attempt (machine's count)
 
 
 def why_lost(ended: TreeEnded | None, *, dismissed: bool, silent: str | None) -> str | None:

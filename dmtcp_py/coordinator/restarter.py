@@ -35,7 +35,7 @@ def reachable(listen_host: str) -> str:
 
 async def run(action: RestartGeneration, *, comp_id: str, listen_host: str, port: int,
               token: str, ended: Callable[[int, str | None], None]) -> None:
-    """Start the restart; call ended(attempt, error or None) when it exits."""
+    """Start the restart; call ended(serial, error or None) when it exits."""
     host = reachable(listen_host)
     script = restart_script.render(action.images, comp_id=comp_id,
                                    generation=action.generation, coord_host=host,
@@ -56,14 +56,14 @@ async def run(action: RestartGeneration, *, comp_id: str, listen_host: str, port
             stdin=asyncio.subprocess.DEVNULL, stdout=fd, stderr=fd,
             env={**os.environ, "DMTCP_COORD_TOKEN": token}, start_new_session=True)
     except OSError as exc:
-        ended(action.attempt, f"cannot run the restart: {exc.strerror or exc}")
+        ended(action.serial, f"cannot run the restart: {exc.strerror or exc}")
         return
     finally:
         os.close(fd)
     log.info("recovery attempt %d: restart running as pid %d, output in %s",
              action.attempt, proc.pid, out)
     code = await proc.wait()
-    ended(action.attempt, None if code == 0 else _last_error(out, code))
+    ended(action.serial, None if code == 0 else _last_error(out, code))
 
 
 def _last_error(out: Path, code: int) -> str:

@@ -160,8 +160,8 @@ class CoordinatorServer:
         return frame
 
     def _start_restart(self, action: RestartGeneration) -> None:
-        def ended(attempt: int, error: str | None) -> None:
-            self.apply(self.machine.restart_command_ended(attempt, error, time.monotonic()))
+        def ended(serial: int, error: str | None) -> None:
+            self.apply(self.machine.restart_command_ended(serial, error, time.monotonic()))
 
         self.notice(f"recovery: the restarted programs write to {restarter.output_path(self.port)}")
         task = asyncio.get_running_loop().create_task(restarter.run(

@@ -610,3 +610,49 @@ def test_replicas_the_agent_serves_once_and_tells_every_coordinator_where():
     assert m.on_message(order) == [CopyImage(2, "/ck/i.dmtcp", (target,))]
     assert m.replica_copied(2, "h3", error="disk full") == [Send(messages.Replicated(
         generation=2, host="h3", ok=False, error="disk full"))]
+
+
+def test_a_tree_that_lost_a_process_is_not_checkpointed_again():
+    """Its parent reaped a rank a SIGKILL took and is on its way out: an
+    image of that would fail at every restart.  The dump's images are
+    dropped and the checkpoint fails; the generation before stays."""
+    from dmtcp_py.agent.machine import Discard
+    m = fresh()
+    go_through(m, ROUND[:3])   # up to DRAINED
+    m.process_killed(4242, 9, name="solver")
+    step = step_of(m.on_message(barrier(State.CHECKPOINTED)))
+    actions = m.work_done(step, WorkResult(pending="images-1", parked=frozenset({11})))
+    assert Discard(1, "images-1") in actions
+    report = actions[-1].message
+    assert not report.ok and report.image is None
+    assert "solver (pid 4242) was killed by SIGKILL" in report.error
+    assert m.pending is None
+
+
+def test_a_zombie_a_signal_killed_is_told_from_one_that_exited(tmp_path):
+    """tree.killed_zombie reads the wait status of an unreaped child."""
+    import os
+    import signal
+    import time
+
+    from dmtcp_py.agent.tree import killed_zombie
+    killed, exited = os.fork(), None
+    if killed == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    exited = os.fork()
+    if exited == 0:
+        os._exit(3)
+    try:
+        for pid in (killed, exited):  # zombies once /proc says Z
+            deadline = time.monotonic() + 10
+            while open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        name, signum, core = killed_zombie(killed)
+        assert signum == signal.SIGKILL and not core and name
+        assert killed_zombie(exited) is None
+        assert killed_zombie(os.getpid()) is None   # alive
+    finally:
+        for pid in (killed, exited):
+            os.waitpid(pid, 0)
+    assert killed_zombie(killed) is None            # gone

@@ -333,3 +333,25 @@ def test_a_kill_that_comes_while_criu_restores_ends_the_restored_tree():
     m = AgentMachine(Identity("t1", "p", restart_comp_id="c", restart_generation=1))
     assert m.on_message(Kill()) == [KillTree()]
     assert m.restored(frozenset({5})) == [KillTree()]
+
+
+def test_the_previous_recoverys_command_ending_is_not_this_ones_failure():
+    """The first recovery's restart command lives as long as its trees:
+    when one of them is lost, it ends (137) while the second recovery's
+    attempt 1 runs; that is no failure of the second."""
+    sim = checkpointed()
+    killed_by_signal(sim, 1)
+    sim.leave(2)
+    first = the_restart(sim.leave(3))
+    ids = restart_joins(sim, first)
+    finish_restart(sim, ids)
+    assert sim.m.recovery is None
+    killed_by_signal(sim, ids[0])
+    start = len(sim.log)
+    for agent_id in ids[1:]:
+        sim.leave(agent_id)
+    second = the_restart(sim.log[start:])
+    assert second.attempt == 1 and second.serial != first.serial
+    assert sim.m.restart_command_ended(first.serial, "exited with status 137", sim.now) == []
+    assert sim.m.recovery is not None and sim.m.recovery.attempt == 1
+    assert sim.m.restart_command_ended(second.serial, "image damaged", sim.now)  # this one counts
