@@ -21,6 +21,8 @@ unit: setup
 	@$(VENV)/bin/python -m pytest tests/unit
 
 bench: setup
+	@$(VENV)/bin/python -c 'import matplotlib' 2>/dev/null || \
+		$(VENV)/bin/pip install -q --disable-pip-version-check -e '.[bench]'
 	@$(VENV)/bin/python scripts/bench/run.py
 
 clean:

@@ -18,6 +18,12 @@ baseline measured in the same run, median and spread over several runs.
                            launched one-process trees against raw CRIU on
                            the same kind of trees, and the cost per extra
                            tree against raw CRIU's (bench_trees)
+  failures (--failures)    the MPI solver's time to solution while its
+                           ranks are killed at 0..4 failures per minute
+                           under --auto-restart (bench_failures: MPICH-V's
+                           experiment; about 15 minutes more, so only on
+                           request; without it BENCHMARKS.md keeps the
+                           section it had)
 
 The table goes to stdout and to BENCHMARKS.md (--out), progress to stderr.
 It never runs in `make test`; it gives up by itself after --budget seconds.
@@ -25,7 +31,7 @@ Everything is made under /var/tmp/dmtcp-bench-<pid>-<random> and removed
 at the end, also on failure or Ctrl-C; only processes started here are
 killed, by pid.  Coordinators use ports 7950-7999 (bench_trees: 7960-7979).
 
-    .venv/bin/python scripts/bench/run.py [--runs 3] [--out BENCHMARKS.md]
+    .venv/bin/python scripts/bench/run.py [--runs 3] [--out BENCHMARKS.md] [--failures]
 """
 from __future__ import annotations
 
@@ -42,6 +48,7 @@ import psutil
 
 import bench_checkpoint as bc
 import bench_compress
+import bench_failures
 import bench_overhead
 import bench_stop
 import bench_trees
@@ -152,6 +159,37 @@ def many_trees(ws: Workspace, runs: int) -> list[Row]:
 SECTIONS = {"sizes": sizes, "trees": trees, "overhead": overhead, "compression": compression,
             "many-trees": many_trees}
 
+# the failures section (--failures): bench_failures' defaults, one run per cell
+FAILURE_RATES = list(bench_failures.RATES)
+FAILURE_MODES = ["fixed", "auto"]
+FAILURE_SECONDS, FAILURE_INTERVAL, FAILURE_SEED = 60.0, 10.0, 1
+
+
+def failures(ws: Workspace) -> str:
+    """MPICH-V's experiment (bench_failures): its own table, not rows of
+    ours against a baseline; the plot goes to docs/bench_failures.png."""
+    res = bench_failures.measure(ws, FAILURE_SECONDS, FAILURE_RATES, FAILURE_MODES,
+                                 FAILURE_INTERVAL, 1, FAILURE_SEED)
+    bench_failures.plot(res, bench_failures.DEFAULT_PNG)
+    for r in res.problems:
+        progress(f"failures: product problem at {r.rate:g}/min, {r.mode}:\n{r.problem}")
+    return bench_failures.section(res, "scripts/bench/run.py --failures",
+                                  bench_failures.DEFAULT_PNG)
+
+
+def kept_failures_section(path: Path) -> str:
+    """The failures section of the BENCHMARKS.md there is, to keep when
+    this run does not measure it again."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return ""
+    start = text.find(bench_failures.SECTION_TITLE)
+    if start < 0:
+        return ""
+    end = text.find("\n## ", start + len(bench_failures.SECTION_TITLE))
+    return text[start:end if end >= 0 else len(text)].rstrip() + "\n"
+
 
 # ---- the report -----------------------------------------------------------------------
 
@@ -163,7 +201,7 @@ def machine() -> str:
             f"({disk.free / 2**30:.0f} GiB free)")
 
 
-def document(table: str, args: argparse.Namespace, seconds: float) -> str:
+def document(table: str, args: argparse.Namespace, seconds: float, extra: str = "") -> str:
     today = datetime.date.today().isoformat()
     return "\n".join([
         "# Benchmarks",
@@ -192,7 +230,7 @@ def document(table: str, args: argparse.Namespace, seconds: float) -> str:
         "",
         table,
         "",
-    ])
+    ] + ([extra] if extra else []))
 
 
 def parse_args() -> argparse.Namespace:
@@ -202,8 +240,15 @@ def parse_args() -> argparse.Namespace:
                    help="run only this section (repeatable); BENCHMARKS.md is then not written")
     p.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md",
                    help="where the table goes as Markdown")
-    p.add_argument("--budget", type=int, default=BUDGET, help="seconds before giving up")
+    p.add_argument("--budget", type=int, default=None,
+                   help=f"seconds before giving up (default {BUDGET}, more with --failures)")
+    p.add_argument("--failures", action="store_true",
+                   help="also measure the failures section (bench_failures, about 15 minutes "
+                        "more); without it BENCHMARKS.md keeps the one it has")
     args = p.parse_args()
+    if args.budget is None:
+        args.budget = BUDGET + (bench_failures.budget(FAILURE_SECONDS, FAILURE_RATES,
+                                                      FAILURE_MODES, 1) if args.failures else 0)
     if args.runs < 3 and not args.only:
         p.error("--runs: at least 3 for the table (a median and a spread)")
     if args.runs < 1 or args.budget < 1:
@@ -222,10 +267,15 @@ def main() -> int:
             rows += SECTIONS[name](ws, args.runs)
             progress(f"{name} done after {time.monotonic() - start:.0f} s")
         table = markdown(rows)
+        if args.failures:
+            extra = failures(ws)
+            progress(f"failures done after {time.monotonic() - start:.0f} s")
+        else:
+            extra = kept_failures_section(args.out)
         if not args.only:
-            args.out.write_text(document(table, args, time.monotonic() - start))
+            args.out.write_text(document(table, args, time.monotonic() - start, extra))
             progress(f"written to {args.out}")
-        return table
+        return table + ("\n\n" + extra if args.failures else "")
 
     return bc.run_guarded("bench", ws, work, args.budget)
 
