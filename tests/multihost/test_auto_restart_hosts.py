@@ -299,3 +299,36 @@ def test_a_host_killed_with_its_storage_the_ring_finishes_on_the_spare(healing, 
     no_wrong_bytes([members[0], members[2]])
     assert_ring_finished(h, first)
     assert f"trees of h3 restart on {spare.name}" in h.recovery_out.read_text(errors="replace")
+
+
+def test_a_host_killed_with_its_storage_the_mpi_job_finishes_on_the_spare(healing, solver):
+    """The Open MPI job of three trees (mpirun on h2; an orted and a rank on
+    h3 and on h4): all of h3 dies with its images.  The job comes back
+    from the newest generation with a copy of every tree, h3's orted and
+    rank on the spare h5 from the replica on h4, and ends with the answer
+    of an uninterrupted run."""
+    impl = mpi.OPENMPI
+    expected = mpi.reference_checksum(impl, solver, RANKS, ITERATIONS)
+    h = healing("--replicas", "1", "--heartbeat", "0.5", "--heartbeat-timeout", "3",
+                env=impl.env)
+    hosts = h.net.hosts
+    dead = hosts[2]
+    job = h.launch(hosts[1], "mpirun", impl.mpirun, *impl.options, "--host", "h2,h3,h4",
+                   "-np", str(RANKS), solver, str(ITERATIONS), str(PAUSE_US))
+    wait_for(lambda: (seen := mpi.iterations_seen(job.out.read_text())) and seen[-1] >= 50,
+             what="iteration 50")
+    after = h.status()["generation"] + 1
+    wait_for(lambda: (st := h.checkpointed_all(3)) and st["generation"] > after
+             and st["replicated_trees"] == 3, what="a copied checkpoint of the three trees")
+    h.stop_interval_checkpoints()
+    assert h.images(dead), "no image of h3's tree on h3"
+    dead.kill()  # every process, its link, its storage
+    assert h.images(dead) == []
+    wait_for(reap_zombies, what="the dead host's processes to be reaped")
+    st = h.healed(1)
+    assert st["last_failure"]["host"] == "h3" and "silent" in st["last_failure"]["why"], st
+    assert st["gave_up"] is None
+    answer = wait_for(lambda: mpi.checksum(h.recovery_out.read_text(errors="replace")),
+                      timeout=HEAL_TIMEOUT, what="the restarted job's answer")
+    assert answer == expected, h.recovery_out.read_text(errors="replace")[-2000:]
+    assert "trees of h3 restart on h5" in h.recovery_out.read_text(errors="replace")
