@@ -222,6 +222,9 @@ class AgentMachine:
     # the coordinator restarts lost trees: our processes end if we do
     die_with_agent: bool = False
     kill_requested: bool = False             # the coordinator said Kill
+    # a dump that ends the tree (--stop) is under way: CRIU SIGKILLs its
+    # processes, which is no failure
+    dumping_to_stop: bool = False
     # why a restart was given up before its release (its coordinator went
     # away): the agent's one-line error once its tree is gone
     abandoned: str | None = None
@@ -354,6 +357,8 @@ class AgentMachine:
             self.running = False
         if work is Work.RESUME:
             self.generation = msg.generation
+        if work is Work.DUMP:
+            self.dumping_to_stop = msg.stop
         step = Step(msg.state, work, msg.generation, comp_id=self.comp_id, stop=msg.stop,
                     num_trees=msg.num_trees, failed_conns=frozenset(msg.failed_conns),
                     expect_pids=self.expect_pids,
@@ -378,6 +383,7 @@ class AgentMachine:
                 "before this checkpoint: a tree that lost a process is not checkpointed"))
         if step.work is Work.DUMP:
             self.expect_pids = result.parked
+            self.dumping_to_stop = step.stop and result.error is None
             if result.error is None:
                 self.pending = Pending(step.generation, result.pending)
                 self.stopped_by_checkpoint = step.stop
@@ -448,6 +454,8 @@ class AgentMachine:
         """A process of the tree was reaped killed by signum (core: it
         dumped core).  The first one killed by a failure signal is kept:
         whether the tree is lost depends on how its program ends."""
+        if self.dumping_to_stop or self.stopped_by_checkpoint:
+            return []  # CRIU ended the tree after its last dump
         if self.killed is None and pid > 0 and records.failure_signal(signum, core):
             self.killed = messages.KilledProcess(pid=int(pid), signal=int(signum),
                                                  name=name or "?", core=bool(core))

@@ -106,7 +106,8 @@ class TreeWork:
             finally:
                 self.tree.hold_reaping = False
                 ticker.cancel()
-            _no_failure_inside([p.pid for p in procs])
+            if not step.stop:  # (with --stop CRIU ends the tree itself, by SIGKILL)
+                _no_failure_inside([p.pid for p in procs])
             m = await loop.run_in_executor(None, ckpt.save_files, facts, self.net.table)
             gone = step.stop
         except (criu_driver.CriuError, OSError) as exc:

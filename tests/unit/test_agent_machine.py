@@ -656,3 +656,16 @@ def test_a_zombie_a_signal_killed_is_told_from_one_that_exited(tmp_path):
         for pid in (killed, exited):
             os.waitpid(pid, 0)
     assert killed_zombie(killed) is None            # gone
+
+
+def test_the_kills_of_a_dump_that_ends_the_tree_are_no_failure():
+    """--stop (-kc, --exit-after-ckpt): CRIU SIGKILLs the tree after the
+    dump, and its init reports them: that generation is kept, nothing lost."""
+    m = fresh()
+    go_through(m, ROUND[:3])
+    step = step_of(m.on_message(barrier(State.CHECKPOINTED, stop=True)))
+    m.process_killed(4242, 9, name="counter")       # while CRIU ends the tree
+    report = reached(m.work_done(step, WorkResult(pending="images-1", parked=frozenset())))
+    assert report.ok and m.pending is not None
+    m.process_killed(4243, 9, name="counter")       # reaped after the dump
+    assert m.killed is None
