@@ -124,8 +124,10 @@ class Workspace:
     def run_dir(self) -> Path:
         return self.base / "run"
 
+    name = "dmtcp-bench"  # of the directory, with the pid and a random part
+
     def create(self) -> None:
-        self.base = Path(tempfile.mkdtemp(prefix=f"dmtcp-bench-{os.getpid()}-", dir=BENCH_PARENT))
+        self.base = Path(tempfile.mkdtemp(prefix=f"{self.name}-{os.getpid()}-", dir=BENCH_PARENT))
         self.run_dir.mkdir()
         # logs, tokens and run files of every command we start go here
         os.environ["DMTCP_TMPDIR"] = str(self.run_dir)
@@ -146,15 +148,17 @@ class Workspace:
 
     port_range = PORTS  # a benchmark of its own may take another
 
-    def free_port(self) -> int:
-        """A port nobody listens on; one of ours is used again once its
-        coordinator is gone (a long benchmark starts many)."""
-        for port in self.port_range:
+    def free_port(self, within: range | None = None) -> int:
+        """A port nobody listens on, of the workspace's range or of `within`
+        (a benchmark's own, whatever workspace run.py made); one of ours is
+        used again once its coordinator is gone (a long benchmark starts many)."""
+        ports = within or self.port_range
+        for port in ports:
             if _port_free(port):
                 if port not in self.ports:
                     self.ports.append(port)
                 return port
-        raise BenchError(f"no free port in {self.port_range.start}-{self.port_range.stop - 1}")
+        raise BenchError(f"no free port in {ports.start}-{ports.stop - 1}")
 
     def cleanup(self) -> None:
         for port in self.ports:

@@ -54,7 +54,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,12 +89,7 @@ OPENMPI = mpi.OPENMPI
 class Workspace(bc.Workspace):
     """bench_checkpoint's, under /var/tmp/dmtcp-bench-failures-<pid>-<random>."""
     port_range = PORTS
-
-    def create(self) -> None:
-        self.base = Path(tempfile.mkdtemp(prefix=f"dmtcp-bench-failures-{os.getpid()}-",
-                                          dir=bc.BENCH_PARENT))
-        self.run_dir.mkdir()
-        os.environ["DMTCP_TMPDIR"] = str(self.run_dir)
+    name = "dmtcp-bench-failures"
 
     def cleanup(self) -> None:
         # below our children (coordinators, launchers) are the restored jobs
@@ -104,17 +98,6 @@ class Workspace(bc.Workspace):
                 for proc in _descendants(child.pid):
                     self.adopted.append(proc)
         super().cleanup()
-
-
-def free_port(ws: bc.Workspace) -> int:
-    """A free port of ours (7980-7989) whatever the workspace's range (run.py's
-    spans 7950-7999), remembered for the workspace's cleanup."""
-    for port in PORTS:
-        if bc._port_free(port):
-            if port not in ws.ports:
-                ws.ports.append(port)
-            return port
-    raise BenchError(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
@@ -386,7 +369,7 @@ def run_ours(ws: bc.Workspace, job: Job, plan: Plan, rate: float, mode: str,
     and the coordinator's log end up in <run dir>/<label>/ (kept with
     --keep-logs)."""
     run = Run(rate, mode)
-    port = free_port(ws)
+    port = ws.free_port(PORTS)
     ckpt = ws.base / f"ckpt-{label}"
     ckpt.mkdir()
     keep = ws.run_dir / label

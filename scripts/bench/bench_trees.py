@@ -48,7 +48,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,23 +90,7 @@ class Workspace(bc.Workspace):
     """bench_checkpoint's workspace, named for this benchmark."""
 
     port_range = PORTS
-
-    def create(self) -> None:
-        self.base = Path(tempfile.mkdtemp(prefix=f"dmtcp-bench-trees-{os.getpid()}-",
-                                          dir=bc.BENCH_PARENT))
-        self.run_dir.mkdir()
-        os.environ["DMTCP_TMPDIR"] = str(self.run_dir)
-
-
-def free_port(ws: bc.Workspace) -> int:
-    """A free port of ours (7960-7979) whatever the workspace's range (run.py's
-    spans 7950-7999), remembered for the workspace's cleanup."""
-    for port in PORTS:
-        if bc._port_free(port):
-            if port not in ws.ports:
-                ws.ports.append(port)
-            return port
-    raise BenchError(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
+    name = "dmtcp-bench-trees"
 
 
 # ---- processes: CPU time, and killing exactly ours ---------------------------------
@@ -215,7 +198,7 @@ def under_control(ours: Ours, n: int, what: str) -> None:
 
 
 def start_coordinator(ws: bc.Workspace, n: int) -> Ours:
-    port = free_port(ws)
+    port = ws.free_port(PORTS)
     ckptdir = ws.base / f"trees-{n}"
     ckptdir.mkdir()
     port_file = ws.base / f"coordinator-{n}.port"
