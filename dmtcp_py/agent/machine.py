@@ -225,6 +225,9 @@ class AgentMachine:
     # a dump that ends the tree (--stop) is under way: CRIU SIGKILLs its
     # processes, which is no failure
     dumping_to_stop: bool = False
+    # the RESUME step is under way: a process that connects running now
+    # would never be released if it were suspended (the RESUME went out)
+    resuming: bool = False
     # why a restart was given up before its release (its coordinator went
     # away): the agent's one-line error once its tree is gone
     abandoned: str | None = None
@@ -355,8 +358,10 @@ class AgentMachine:
         work = WORK_AT[msg.state]
         if work is Work.SUSPEND:
             self.running = False
+            self.resuming = False
         if work is Work.RESUME:
             self.generation = msg.generation
+            self.resuming = True
         if work is Work.DUMP:
             self.dumping_to_stop = msg.stop
         step = Step(msg.state, work, msg.generation, comp_id=self.comp_id, stop=msg.stop,
@@ -389,6 +394,7 @@ class AgentMachine:
                 self.stopped_by_checkpoint = step.stop
         if step.work is Work.RESUME:
             self.running = True
+            self.resuming = False
         return actions + [Send(messages.Reached(
             state=step.target, ok=result.error is None, error=result.error,
             image=result.image if step.work is Work.DUMP else None,
@@ -470,7 +476,7 @@ class AgentMachine:
         started or exec'd just as the round began, after the SUSPEND went
         out): it must stop before it is asked anything else, or its
         sockets would be parked under a running program."""
-        return not suspended and not self.running
+        return not suspended and not self.running and not self.resuming
 
     def owes_resume(self, suspended: bool) -> bool:
         """A process connected (again) and says whether it is suspended."""

@@ -31,7 +31,16 @@ def launch_ring(comp: Computation, net_stream: list[str]):
         nxt = ADDRS[(i + 1) % len(ADDRS)]
         nodes.append(comp.launch(*net_stream, "ring", addr, PORT, nxt, str(TICKS), str(TICK_MS)))
     comp.wait_peers(3)
+    ring_streams(out for _, out in nodes)
+    comp.command("-i", "1")
     return nodes
+
+
+def ring_streams(outputs) -> None:
+    """Every node has received bytes: the ring's connections are made."""
+    for out in outputs:
+        wait_for(lambda: any(r[0] == "tick" and r[-1] != "0" for r in ticks(out)),
+                 what="the ring to stream")
 
 
 def program_pid(launch: subprocess.Popen, name: str) -> int:
@@ -94,6 +103,7 @@ def test_a_program_that_exits_by_itself_is_not_restarted(auto, programs):
     stays, _ = auto.launch(sys.executable, "-c", "import time; time.sleep(60)")
     ends, _ = auto.launch("sh", "-c", "sleep 2; exit 3")
     auto.wait_peers(2)
+    auto.command("-i", "1")
     wait_for(lambda: auto.status()["generation"] >= 1, what="an interval checkpoint")
     assert_exit_not_restarted(auto, ends, stays)
 

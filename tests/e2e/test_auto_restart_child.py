@@ -47,6 +47,7 @@ def only_process(name: str) -> psutil.Process:
 
 
 def first_checkpoint(comp: Computation) -> None:
+    comp.command("-i", "1")
     wait_for(lambda: comp.status()["generation"] >= 1, what="an interval checkpoint")
     # no more: the interval would only slow the recovery down here
     comp.command("-i", "0")

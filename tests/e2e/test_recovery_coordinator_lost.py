@@ -23,6 +23,7 @@ from dmtcp_py.protocol.states import State
 from tests.conftest import kill_descendants
 from tests.e2e.conftest import need_root
 from tests.e2e.harness import TIMEOUT, Computation, ticks, tool, wait_for
+from tests.e2e.test_auto_restart import ring_streams
 
 TICKS, TICK_MS = 160, 50
 PORT = "7922"
@@ -45,7 +46,7 @@ def comps(tmp_path, run_dir):
     need_root()
     # the hold is in the coordinator's environment only, which its
     # recovery's restart inherits; the launched trees do not have it
-    made = [Computation(tmp_path, "--interval", "1", "--auto-restart",
+    made = [Computation(tmp_path, "--auto-restart",
                         "--heartbeat", "0.5", "--heartbeat-timeout", "3",
                         env=hold_env(State.RESTARTING, HOLD))]
     try:
@@ -65,10 +66,13 @@ def gone(proc: psutil.Process) -> bool:
 
 def test_coordinator_killed_while_recovering(comps, programs, run_dir, tmp_path):
     auto = comps[0]
+    outs = []
     for i, addr in enumerate(ADDRS):
-        auto.launch(*programs["net_stream"], "ring", addr, PORT, ADDRS[(i + 1) % len(ADDRS)],
-                    str(TICKS), str(TICK_MS))
+        outs.append(auto.launch(*programs["net_stream"], "ring", addr, PORT,
+                                ADDRS[(i + 1) % len(ADDRS)], str(TICKS), str(TICK_MS))[1])
     auto.wait_peers(3)
+    ring_streams(outs)  # (a connection not yet accepted would restore closed)
+    auto.command("-i", "1")
     wait_for(lambda: (st := auto.status())["last_checkpoint"] and st["last_checkpoint"]["ok"]
              and st["last_checkpoint"]["trees"] == 3, what="a checkpoint of the three trees")
     auto.command("-i", "0")

@@ -111,7 +111,10 @@ def test_a_process_that_joins_running_during_a_round_is_suspended_first():
     for state in ROUND[:-1]:
         go(m, state)
         assert m.owes_suspend(False) and not m.owes_suspend(True)
-    go(m, State.RUNNING)
+    # once the RESUME went out, one that connects running stays running
+    step = step_of(m.on_message(barrier(State.RUNNING)))
+    assert not m.owes_suspend(False)
+    m.work_done(step, WorkResult())
     assert not m.owes_suspend(False)
 
 
