@@ -67,8 +67,9 @@ def descendants(roots: list[int]) -> list[int]:
     return out
 
 
-def _state_and_name(pid: int) -> tuple[str, str] | None:
-    """The state letter and the command name of /proc/PID/stat (None: gone)."""
+def _stat(pid: int) -> tuple[str, list[str]] | None:
+    """The command name of /proc/PID/stat and the fields after it, from the
+    state letter on (None: gone)."""
     stat = procfs.read(f"/proc/{pid}/stat")
     if stat is None:
         return None
@@ -76,20 +77,25 @@ def _state_and_name(pid: int) -> tuple[str, str] | None:
     left, right = stat.find("("), stat.rfind(")")
     if left < 0 or right < left:
         return None
-    return stat[right + 2:right + 3], stat[left + 1:right]
+    return stat[left + 1:right], stat[right + 2:].split()
+
+
+def _state_and_name(pid: int) -> tuple[str, str] | None:
+    """The state letter and the command name of /proc/PID/stat (None: gone)."""
+    found = _stat(pid)
+    if found is None or not found[1]:
+        return None
+    return found[1][0], found[0]
 
 
 def killed_zombie(pid: int) -> tuple[str, int, bool] | None:
     """(name, signal, core dumped) of a zombie that a signal killed; None
     for a live process, an exit, or one gone.  The wait status is the last
     field of /proc/PID/stat (exit_code, Linux 3.5)."""
-    stat = procfs.read(f"/proc/{pid}/stat")
-    if stat is None:
+    found = _stat(pid)
+    if found is None or not found[1] or found[1][0] != "Z":
         return None
-    left, right = stat.find("("), stat.rfind(")")
-    fields = stat[right + 2:].split()
-    if left < 0 or right < left or not fields or fields[0] != "Z":
-        return None
+    name, fields = found
     try:
         status = int(fields[-1])
     except ValueError:
@@ -97,7 +103,7 @@ def killed_zombie(pid: int) -> tuple[str, int, bool] | None:
     signum = status & 0x7F
     if signum == 0 or signum == 0x7F:
         return None
-    return stat[left + 1:right], signum, bool(status & 0x80)
+    return name, signum, bool(status & 0x80)
 
 
 def become_subreaper() -> None:
