@@ -22,6 +22,26 @@ def resolve_token(port: int) -> str:
         return ""
 
 
+def token_hint(port: int) -> str:
+    """Where resolve_token() found the token it gave, and how to pass the
+    right one: what a refused client needs to hear."""
+    if os.environ.get("DMTCP_COORD_TOKEN"):
+        where = "the token given in $DMTCP_COORD_TOKEN is not this coordinator's"
+    else:
+        path = token_file(port)
+        where = (f"the token in {path} is not this coordinator's" if path.exists()
+                 else f"no token: {path} does not exist")
+    return (f"{where}; give it in DMTCP_COORD_TOKEN, or set DMTCP_TMPDIR to the "
+            f"coordinator's (its token is in $DMTCP_TMPDIR/dmtcp-<user>@<host>/"
+            f"coordinator-{port}.token)")
+
+
+def refusal(host: str, port: int, refused: Refused) -> str:
+    """One line for a coordinator's refusal of our hello."""
+    why = token_hint(port) if refused.error == Refused.WRONG_TOKEN else refused.error
+    return f"coordinator at {host}:{port} refused us: {why}"
+
+
 class CoordinatorClient:
     def __init__(self, host: str, port: int, *, timeout: float | None = 10.0) -> None:
         self.host, self.port = host, port
@@ -36,7 +56,7 @@ class CoordinatorClient:
         self.sock.settimeout(timeout)
         if isinstance(welcome, Refused):
             self.close()
-            raise UserError(f"coordinator at {host}:{port} refused us: {welcome.error}")
+            raise UserError(refusal(host, port, welcome))
 
     def request(self, message: Message) -> Message:
         self._send(message)

@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 
+from dmtcp_py.client import refusal
 from dmtcp_py.errors import UserError
 from dmtcp_py.protocol import codec, messages
 
@@ -52,7 +53,7 @@ class CoordinatorLink:
             raise UserError(f"coordinator at {self.where} closed the connection")
         if isinstance(reply, messages.Refused):
             self.close()
-            raise UserError(f"coordinator at {self.where} refused: {reply.error}")
+            raise UserError(refusal(self.host, self.port, reply))
         if not isinstance(reply, messages.Welcome):
             self.close()
             raise UserError(f"{self.where} is not a dmtcp coordinator "

@@ -87,7 +87,7 @@ class CoordinatorServer:
             conn.close(f"{hello.TYPE!r} before hello")
             return
         if not hmac.compare_digest(hello.token.encode(), self.token.encode()):
-            conn.write(messages.encode(Refused(error="wrong computation token")))
+            conn.write(messages.encode(Refused(error=Refused.WRONG_TOKEN)))
             conn.close("wrong token")
             return
         conn.role = hello.role

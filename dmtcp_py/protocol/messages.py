@@ -317,6 +317,10 @@ class TreeEnded(Message):
 class Refused(Message):
     error: str
 
+    # the coordinator's answer to a hello with another computation's token;
+    # clients recognise it to say where their token came from
+    WRONG_TOKEN = "wrong computation token"
+
 
 # agent -> coordinator: the tree's processes now
 @_message("peers")

@@ -129,9 +129,23 @@ def test_wrong_token_is_refused(comp):
                          env={**os.environ, "DMTCP_COORD_TOKEN": "not-the-token"},
                          capture_output=True, text=True, timeout=TIMEOUT)
     assert res.returncode != 0
-    assert res.stderr.strip().splitlines() == [
-        f"dmtcp-command: error: coordinator at 127.0.0.1:{comp.port} refused us: wrong computation token"]
+    [line] = res.stderr.strip().splitlines()
+    assert line.startswith(f"dmtcp-command: error: coordinator at 127.0.0.1:{comp.port} refused us: "
+                           "the token given in $DMTCP_COORD_TOKEN is not this coordinator's; "
+                           "give it in DMTCP_COORD_TOKEN"), line
     assert comp.status()["num_peers"] == 0  # and it still serves the right token
+
+
+def test_a_shell_with_another_tmpdir_is_told_where_the_token_was_looked_for(comp, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "DMTCP_COORD_TOKEN"}
+    env["DMTCP_TMPDIR"] = str(tmp_path)
+    res = subprocess.run([tool("dmtcp-command"), "-p", str(comp.port), "-s"], env=env,
+                         capture_output=True, text=True, timeout=TIMEOUT)
+    assert res.returncode != 0
+    [line] = res.stderr.strip().splitlines()
+    missing = next(tmp_path.glob("dmtcp-*")) / f"coordinator-{comp.port}.token"
+    assert f"refused us: no token: {missing} does not exist; " in line, line
+    assert "DMTCP_COORD_TOKEN" in line and "DMTCP_TMPDIR" in line, line
 
 
 def test_launch_a_file_that_is_not_a_program(tmp_path, no_strays):
