@@ -24,6 +24,11 @@ CHUNK = 1 << 20
 # hashed: for a GiB of pages the two take about as long each.  Smaller
 # files are flushed after their hash, by the thread that hashed them.
 FLUSH_APART = 4 << 20
+# An image smaller than this is sealed by the calling thread alone: for a
+# few MiB, starting threads and handing the GIL between them costs more
+# than the second core gives back, and with many trees checkpointing at
+# once every core is busy anyway.
+SEAL_INLINE = 32 << 20
 
 
 def _hash_fd(fd: int) -> str:
@@ -58,13 +63,14 @@ class Sealed:
     sha256: dict[str, str]
 
 
-def _seal_one(path: str, flusher: Executor) -> tuple[int, str]:
+def _seal_one(path: str, flusher: Executor | None) -> tuple[int, str]:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     try:
         st = os.fstat(fd)
         if stat.S_IMODE(st.st_mode) != 0o600:
             os.fchmod(fd, 0o600)  # whatever CRIU's or the umask's mode was
-        flushed = flusher.submit(os.fsync, fd) if st.st_size >= FLUSH_APART else None
+        flushed = (flusher.submit(os.fsync, fd)
+                   if flusher is not None and st.st_size >= FLUSH_APART else None)
         digest = _hash_fd(fd)
         if flushed is None:
             os.fsync(fd)
@@ -81,10 +87,14 @@ def seal(directory: Path) -> Sealed:
     the biggest first.  Files are not expected to change meanwhile."""
     entries = [e for e in os.scandir(directory)
                if e.is_file(follow_symlinks=False) and e.name != MANIFEST]
-    entries.sort(key=lambda e: (-e.stat(follow_symlinks=False).st_size, e.name))
-    with ThreadPoolExecutor(max_workers=_workers()) as pool, \
-            ThreadPoolExecutor(max_workers=1) as flusher:
-        done = list(pool.map(lambda e: _seal_one(e.path, flusher), entries))
+    sizes = {e.name: e.stat(follow_symlinks=False).st_size for e in entries}
+    entries.sort(key=lambda e: (-sizes[e.name], e.name))
+    if sum(sizes.values()) < SEAL_INLINE:
+        done = [_seal_one(e.path, None) for e in entries]
+    else:
+        with ThreadPoolExecutor(max_workers=_workers()) as pool, \
+                ThreadPoolExecutor(max_workers=1) as flusher:
+            done = list(pool.map(lambda e: _seal_one(e.path, flusher), entries))
     by_name = sorted(zip((e.name for e in entries), done))
     return Sealed(sizes={name: size for name, (size, _) in by_name},
                   sha256={name: digest for name, (_, digest) in by_name})
