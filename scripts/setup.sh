@@ -12,6 +12,9 @@ bash scripts/apt-ensure.sh gcc make libc6-dev iproute2 procps bsdutils
 # MPI jobs and the hosts of the multi-host tests (sshd per namespace)
 bash scripts/apt-ensure.sh openmpi-bin libopenmpi-dev mpich libmpich-dev \
     openssh-server openssh-client
+# the Slurm test cluster (scripts/slurm-cluster.sh); Debian's own munge and
+# slurm services stay off: the cluster runs daemons of its own
+bash scripts/apt-ensure.sh --services-off munge slurm-wlm slurmctld slurmd slurm-client
 
 bash scripts/install-criu.sh
 

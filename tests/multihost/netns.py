@@ -28,7 +28,7 @@ and ``ip``'s error messages name the failing step.
 CLI (from the repository root, as root)::
 
     python -m tests.multihost.netns up N [--tag T] [--subnet 198.18.1.0/24]
-    python -m tests.multihost.netns sweep
+    python -m tests.multihost.netns sweep [--prefix dmtcp-th-<pid>-<start>-<tag>-]
 """
 from __future__ import annotations
 
@@ -90,7 +90,14 @@ def _start_time(pid: int) -> int | None:
 
 
 def _alive(pid: int, start: int) -> bool:
-    return _start_time(pid) == start
+    """The creator still runs: the same process (start time) and not a zombie
+    (killed, not yet reaped by its parent: it will close nothing)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat.rsplit(")", 1)[1].split()
+    return fields[0] != "Z" and int(fields[19]) == start
 
 
 def _umount(path: Path) -> None:
@@ -438,20 +445,22 @@ def _run_undo(undo: list[Callable[[], None]]) -> list[BaseException]:
     return errors
 
 
-def sweep_stale() -> list[str]:
+def sweep_stale(prefix: str = "") -> list[str]:
     """Remove what networks of dead creators left behind (a crashed or killed
     test run); names of live creators and all other names are left alone.
-    Returns the removed namespace names and run directories."""
+    A prefix (a network's TestNetwork.prefix) limits the sweep to that
+    network.  Returns the removed namespace names and run directories."""
     stale_netns = []
     if NETNS_DIR.is_dir():
         for name in sorted(os.listdir(NETNS_DIR)):
             m = _PREFIX_RE.match(name)
-            if m and not _alive(int(m[1]), int(m[2])):
+            if m and name.startswith(prefix) and not _alive(int(m[1]), int(m[2])):
                 stale_netns.append(name)
     stale_dirs = []
     for name in sorted(os.listdir(RUN_BASE)):
         m = _RUN_DIR_RE.match(name)
-        if m and not _alive(int(m[1]), int(m[2])) and (RUN_BASE / name).is_dir():
+        if m and f"{name}-".startswith(prefix) and not _alive(int(m[1]), int(m[2])) \
+                and (RUN_BASE / name).is_dir():
             stale_dirs.append(RUN_BASE / name)
     pins = [f for d in stale_dirs for f in [*d.glob("*.uts"), *d.glob("*.mnt")]]
     _kill_inside({i for i in map(_ns_id, [*(NETNS_DIR / n for n in stale_netns), *pins]) if i})
@@ -473,10 +482,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     up.add_argument("n", type=int)
     up.add_argument("--tag")
     up.add_argument("--subnet", default=DEFAULT_SUBNET)
-    sub.add_parser("sweep", help="remove leftovers of dead creators")
+    sweep = sub.add_parser("sweep", help="remove leftovers of dead creators")
+    sweep.add_argument("--prefix", default="", help="only this network's (dmtcp-th-...-)")
     args = parser.parse_args(argv)
     if args.cmd == "sweep":
-        for name in sweep_stale():
+        for name in sweep_stale(args.prefix):
             print("removed", name)
         return 0
     # Blocked from the start, so that a signal while creating still ends in
