@@ -6,8 +6,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import psutil
 import pytest
@@ -15,8 +17,22 @@ import pytest
 _PR_SET_CHILD_SUBREAPER = 36
 
 
+_RUN_BASE = "_DMTCP_TESTS_TMPDIR"
+
+
 def pytest_configure(config):
     ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    # Every command the tests start keeps its logs, tokens and sockets under
+    # $DMTCP_TMPDIR/dmtcp-<user>@<host>: a directory of this session's,
+    # removed at its end, not the user's own /tmp/dmtcp-<user>@<host>.
+    base = tempfile.mkdtemp(prefix="dmtcp-tests-", dir="/tmp")
+    os.environ["DMTCP_TMPDIR"] = os.environ[_RUN_BASE] = base
+
+
+def pytest_unconfigure(config):
+    base = os.environ.pop(_RUN_BASE, None)
+    if base:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @contextlib.contextmanager
