@@ -92,6 +92,35 @@ int real_close(int fd);
 int real_dup2(int oldfd, int newfd);
 int real_dup3(int oldfd, int newfd, int flags);
 
+/* wrap_wait.c: a call made again, for the time left, when the checkpoint
+ * signal made it fail with EINTR (see there); wrap_ipc.c uses it too. */
+struct wait {
+    struct timespec start; /* CLOCK_MONOTONIC at entry (or about: _coarse) */
+    struct timespec limit; /* the original timeout, once known to be valid */
+    unsigned seen;         /* interruptions before the latest call */
+    int saved_errno;       /* errno at entry, given back on success */
+    int retried;
+};
+void wait_begin(struct wait *w);              /* at entry */
+void wait_begin_coarse(struct wait *w);       /* the same, cheaper, a tick less precise */
+void wait_snapshot(struct wait *w);           /* before each call */
+int wait_again(struct wait *w, int eintr);    /* after it: was the EINTR ours? */
+long wait_done(const struct wait *w, long result); /* errno back after a retry */
+int time_left(const struct wait *w, struct timespec *left); /* of w->limit; 0: none */
+struct timespec timeval_limit(const struct timeval *tv); /* as Linux takes it */
+/* call(ctx, t) again while our signal made it fail, t the time left of
+ * timeout (NULL: no limit); again(ctx), if any, before each new call */
+typedef long (*ts_call)(void *ctx, const struct timespec *timeout);
+long retry_ts(const struct timespec *timeout, ts_call call, void *ctx, void (*again)(void *ctx));
+
+/* mqueue.c: POSIX message queues out of CRIU's sight for the dump, and
+ * back (see there).  Checkpoint thread, program suspended. */
+void mqueue_detach(void);   /* CHECKPOINT, before READY */
+void mqueue_reattach(void); /* reconnected after the dump or the restore */
+void mqueue_resume(void);   /* every queue is back: notifications, unlinks */
+#include <mqueue.h>
+void mqueue_note_notify(mqd_t fd, const struct sigevent *sev); /* mq_notify succeeded */
+
 /* api.c: DMTCP's public API; what the checkpoint thread tells it. */
 void api_init(void);
 void api_before_checkpoint(void);
@@ -126,5 +155,12 @@ void fdowner_restore(void);
 int park_sockets(int agent, const int *fds, int n); /* returns how many */
 int park_take_back(int fd_number, int sock);        /* 0, or -1: not parked */
 int park_finish(void);                              /* parked fds left as /dev/null */
+struct epoll_watch {
+    int epfd, fd; /* epfd -1: already taken out by another process */
+    uint32_t events;
+    uint64_t data;
+};
+int epoll_watches_take(int (*wanted)(int fd, unsigned long ino), struct epoll_watch *w, int max);
+void epoll_watches_put_back(const struct epoll_watch *w, int n, int fd);
 
 #endif

@@ -53,6 +53,7 @@ static void end_orphaned_process(void)
 
 static void release_threads(void)
 {
+    mqueue_resume();
     fdowner_restore();
     resume_all();
 }
@@ -96,6 +97,10 @@ static void serve(int fd)
     struct dmtcp_record rec;
     int passed;
 
+    /* back after a dump or a restore: the queues first, so that the agent
+     * counts this process back only once they are */
+    if (suspend_active())
+        mqueue_reattach();
     if (channel_send(fd, DMTCP_REC_HELLO, (uint64_t)suspend_active()) < 0)
         goto out;
     for (;;) {
@@ -141,6 +146,7 @@ static void serve(int fd)
             break;
         case DMTCP_REC_CHECKPOINT:
             /* stay suspended: the agent dumps us, then we come back */
+            mqueue_detach(); /* CRIU cannot dump a POSIX message queue */
             channel_send(fd, DMTCP_REC_READY, 0);
             pthread_mutex_lock(&conn_lock);
             channel_set_agent_fd(-1);

@@ -35,15 +35,9 @@ struct parked {
     int back;         /* a socket was put back on it */
 };
 
-struct watch {
-    int epfd, fd;
-    uint32_t events;
-    uint64_t data;
-};
-
 static struct parked parked[DMTCP_PARK_MAX];
 static int n_parked;
-static struct watch watches[MAX_WATCHES];
+static struct epoll_watch watches[MAX_WATCHES];
 static int n_watches;
 
 static struct parked *find_parked(int fd)
@@ -99,14 +93,20 @@ static const char *skip_to(const char *s, const char *end, const char *word)
     return NULL;
 }
 
+/* What epoll_watches_take is collecting. */
+struct watch_scan {
+    int (*wanted)(int fd, unsigned long ino);
+    struct epoll_watch *w;
+    int n, max;
+};
+
 /* One "tfd: N events: X data: Y pos:P ino:I sdev:D" line of an epoll's fdinfo. */
-static void watch_line(int epfd, const char *line, const char *end)
+static void watch_line(struct watch_scan *scan, int epfd, const char *line, const char *end)
 {
     const char *s = skip_to(line, end, "tfd:");
     int tfd = 0;
     uint32_t events;
     uint64_t data, ino;
-    struct parked *p;
 
     if (s == NULL)
         return;
@@ -128,14 +128,12 @@ static void watch_line(int epfd, const char *line, const char *end)
         return;
     ino = parse_hex(&s);
     /* the same number may hold another file than the one registered */
-    p = find_parked(tfd);
-    if (p == NULL || p->ino != ino || n_watches >= MAX_WATCHES)
+    if (!scan->wanted(tfd, (unsigned long)ino) || scan->n >= scan->max)
         return;
-    watches[n_watches] = (struct watch){ epfd, tfd, events, data };
-    n_watches++;
+    scan->w[scan->n++] = (struct epoll_watch){ epfd, tfd, events, data };
 }
 
-static void read_watches(int epfd)
+static void read_watches(struct watch_scan *scan, int epfd)
 {
     static char buf[65536];
     char path[48] = "/proc/self/fdinfo/";
@@ -156,7 +154,7 @@ static void read_watches(int epfd)
         char *start = buf, *end = buf + len + n, *nl;
 
         while ((nl = memchr(start, '\n', (size_t)(end - start))) != NULL) {
-            watch_line(epfd, start, nl);
+            watch_line(scan, epfd, start, nl);
             start = nl + 1;
         }
         len = (int)(end - start);
@@ -167,11 +165,51 @@ static void read_watches(int epfd)
     syscall(SYS_close, fd);
 }
 
-static void scan_epoll(int fd, void *unused)
+static void scan_epoll(int fd, void *scan)
 {
-    (void)unused;
     if (is_epoll(fd))
-        read_watches(fd);
+        read_watches(scan, fd);
+}
+
+/*
+ * Every registration, in this process's epoll sets, of the fds that
+ * wanted(fd, inode) names, noted into w (at most max) and taken out of its
+ * set: an entry is keyed by (file, number), and what stands in for the
+ * file meanwhile cannot take its place there.  Returns how many; a
+ * registration another process took out first (a shared epoll) is noted
+ * with epfd -1.  Sockets here, POSIX message queues too (mqueue.c).
+ */
+int epoll_watches_take(int (*wanted)(int fd, unsigned long ino), struct epoll_watch *w, int max)
+{
+    struct watch_scan scan = { wanted, w, 0, max };
+
+    procdir_each("/proc/self/fd", scan_epoll, &scan);
+    for (int i = 0; i < scan.n; i++)
+        if (syscall(SYS_epoll_ctl, w[i].epfd, EPOLL_CTL_DEL, w[i].fd, NULL) != 0)
+            w[i].epfd = -1;
+    return scan.n;
+}
+
+/* The registrations of number fd back, with their events and data, on
+ * the file it holds now. */
+void epoll_watches_put_back(const struct epoll_watch *w, int n, int fd)
+{
+    for (int i = 0; i < n; i++) {
+        struct epoll_event ev;
+
+        if (w[i].fd != fd || w[i].epfd < 0)
+            continue;
+        ev.events = w[i].events;
+        ev.data.u64 = w[i].data;
+        syscall(SYS_epoll_ctl, w[i].epfd, EPOLL_CTL_ADD, fd, &ev);
+    }
+}
+
+static int is_parked(int fd, unsigned long ino)
+{
+    struct parked *p = find_parked(fd);
+
+    return p != NULL && p->ino == ino;
 }
 
 int park_sockets(int agent, const int *fds, int n)
@@ -192,13 +230,9 @@ int park_sockets(int agent, const int *fds, int n)
             (int)syscall(SYS_fcntl, fds[i], F_GETFD), (unsigned long)st.st_ino, 0 };
         n_parked++;
     }
+    /* out of the epoll sets first: /dev/null cannot stand in there */
     if (n_parked > 0)
-        procdir_each("/proc/self/fd", scan_epoll, NULL);
-    /* out of the epoll sets first: an entry is keyed by (file, number),
-     * and /dev/null cannot stand in for the socket there */
-    for (int i = 0; i < n_watches; i++)
-        if (syscall(SYS_epoll_ctl, watches[i].epfd, EPOLL_CTL_DEL, watches[i].fd, NULL) != 0)
-            watches[i].epfd = -1; /* shared epoll: another process took it out */
+        n_watches = epoll_watches_take(is_parked, watches, MAX_WATCHES);
     for (int i = 0; i < n_parked; i++) {
         struct parked *p = &parked[i];
         uint64_t arg = (uint64_t)(uint32_t)p->fd;
@@ -231,15 +265,7 @@ int park_take_back(int fd_number, int sock)
         syscall(SYS_close, sock);
     }
     syscall(SYS_fcntl, fd_number, F_SETFL, p->status_flags);
-    for (int i = 0; i < n_watches; i++) {
-        struct epoll_event ev;
-
-        if (watches[i].fd != fd_number || watches[i].epfd < 0)
-            continue;
-        ev.events = watches[i].events;
-        ev.data.u64 = watches[i].data;
-        syscall(SYS_epoll_ctl, watches[i].epfd, EPOLL_CTL_ADD, fd_number, &ev);
-    }
+    epoll_watches_put_back(watches, n_watches, fd_number);
     p->back = 1;
     return 0;
 }

@@ -50,29 +50,56 @@
 
 #define NSEC 1000000000L
 
-struct wait {
-    struct timespec start; /* CLOCK_MONOTONIC at entry */
-    struct timespec limit; /* the original timeout, once known to be valid */
-    unsigned seen;         /* interruptions before the latest call */
-    int saved_errno;       /* errno at entry, given back on success */
-    int retried;
-};
+/* struct wait and the helpers below are shared with wrap_ipc.c (shim.h). */
 
-static void wait_begin(struct wait *w)
+void wait_begin(struct wait *w)
 {
     w->saved_errno = errno;
     w->retried = 0;
     clock_gettime(CLOCK_MONOTONIC, &w->start);
 }
 
+/*
+ * wait_begin on CLOCK_MONOTONIC_COARSE, a fifth of the cost, for calls as
+ * frequent as read and write (wrap_ipc.c).  That clock lags by up to its
+ * resolution (a tick): the start is put one resolution later, so that
+ * the time counted as spent is never more than what was.  A retry may
+ * then wait up to a tick longer, never shorter; the kernel counts socket
+ * timeouts in ticks too.
+ */
+void wait_begin_coarse(struct wait *w)
+{
+    static long resolution; /* ns; the same for all threads */
+    long res = __atomic_load_n(&resolution, __ATOMIC_RELAXED);
+
+    w->saved_errno = errno;
+    w->retried = 0;
+    if (res == 0) {
+        struct timespec r;
+
+        res = clock_getres(CLOCK_MONOTONIC_COARSE, &r) == 0 && r.tv_sec == 0 ? r.tv_nsec : -1;
+        __atomic_store_n(&resolution, res, __ATOMIC_RELAXED);
+    }
+    if (res < 0) { /* no coarse clock: the precise one */
+        clock_gettime(CLOCK_MONOTONIC, &w->start);
+        return;
+    }
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &w->start);
+    w->start.tv_nsec += res;
+    if (w->start.tv_nsec >= NSEC) {
+        w->start.tv_nsec -= NSEC;
+        w->start.tv_sec++;
+    }
+}
+
 /* Before each call. */
-static void wait_snapshot(struct wait *w)
+void wait_snapshot(struct wait *w)
 {
     w->seen = suspend_interruptions();
 }
 
 /* After a call: was it our signal that made it fail with EINTR? */
-static int wait_again(struct wait *w, int eintr)
+int wait_again(struct wait *w, int eintr)
 {
     if (!eintr || suspend_interruptions() == w->seen)
         return 0;
@@ -81,7 +108,7 @@ static int wait_again(struct wait *w, int eintr)
 }
 
 /* A successful result after a retry leaves errno as it was at entry. */
-static int wait_done(const struct wait *w, int result)
+long wait_done(const struct wait *w, long result)
 {
     if (result >= 0 && w->retried)
         errno = w->saved_errno;
@@ -89,7 +116,7 @@ static int wait_done(const struct wait *w, int result)
 }
 
 /* The part of w->limit not yet spent, in [0, limit]; nonzero if any. */
-static int time_left(const struct wait *w, struct timespec *left)
+int time_left(const struct wait *w, struct timespec *left)
 {
     struct timespec now;
     long long sec;
@@ -156,10 +183,9 @@ static const sigset_t *without_reserved(const sigset_t *set, sigset_t *copy)
  * The two shapes of a wrapped wait: call(ctx, timeout) again while our
  * signal is what interrupted it, each time for the time left of the
  * original timeout.  again(ctx), if any, runs before each new call (select
- * puts its fd sets back).
+ * puts its fd sets back).  retry_ts is shared (shim.h).
  */
 typedef int (*ms_call)(void *ctx, int timeout);
-typedef int (*ts_call)(void *ctx, const struct timespec *timeout);
 
 static int retry_ms(int timeout, ms_call call, void *ctx)
 {
@@ -178,8 +204,8 @@ static int retry_ms(int timeout, ms_call call, void *ctx)
     }
 }
 
-static int retry_ts(const struct timespec *timeout, ts_call call, void *ctx,
-                    void (*again)(void *ctx))
+long retry_ts(const struct timespec *timeout, ts_call call, void *ctx,
+              void (*again)(void *ctx))
 {
     struct wait w;
     struct timespec ask;
@@ -336,7 +362,7 @@ SHIM_EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
     return retry_ms(timeout, call_poll, &a);
 }
 
-static int call_ppoll(void *ctx, const struct timespec *timeout)
+static long call_ppoll(void *ctx, const struct timespec *timeout)
 {
     struct poll_args *a = ctx;
 
@@ -407,7 +433,7 @@ static void fd_sets_restore(const struct fd_sets *s)
 
 /* select's timeval as the timespec Linux waits for (glibc's normalisation);
  * called only once the kernel accepted it. */
-static struct timespec timeval_limit(const struct timeval *tv)
+struct timespec timeval_limit(const struct timeval *tv)
 {
     struct timespec ts;
     long long sec = tv->tv_sec, whole = tv->tv_usec / 1000000;
@@ -466,7 +492,7 @@ struct pselect_args {
     struct fd_sets sets;
 };
 
-static int call_pselect(void *ctx, const struct timespec *timeout)
+static long call_pselect(void *ctx, const struct timespec *timeout)
 {
     struct pselect_args *a = ctx;
 
@@ -531,7 +557,7 @@ SHIM_EXPORT int epoll_pwait(int ep, struct epoll_event *events, int max, int tim
     return retry_ms(timeout, call_epoll_pwait, &a);
 }
 
-static int call_epoll_pwait2(void *ctx, const struct timespec *timeout)
+static long call_epoll_pwait2(void *ctx, const struct timespec *timeout)
 {
     struct epoll_args *a = ctx;
 
@@ -582,7 +608,7 @@ struct sigwait_args {
     siginfo_t *info;
 };
 
-static int call_sigtimedwait(void *ctx, const struct timespec *timeout)
+static long call_sigtimedwait(void *ctx, const struct timespec *timeout)
 {
     struct sigwait_args *a = ctx;
 
