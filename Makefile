@@ -22,7 +22,8 @@ unit: setup
 
 bench: setup
 	@$(VENV)/bin/python -c 'import matplotlib' 2>/dev/null || \
-		$(VENV)/bin/pip install -q --disable-pip-version-check -e '.[bench]'
+		$(VENV)/bin/pip install -q --disable-pip-version-check -e '.[bench]' \
+			--config-settings editable_mode=compat
 	@$(VENV)/bin/python scripts/bench/run.py
 
 clean:

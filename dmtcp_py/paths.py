@@ -40,8 +40,22 @@ def tree_init() -> Path:
     return shim_library().parent / "dmtcp_tree_init"
 
 
+ROOT_CRIU = "/usr/local/sbin/criu"
+# The copy set-up gives CAP_CHECKPOINT_RESTORE (scripts/install-criu.sh),
+# for users who are not root
+USER_CRIU = "/usr/local/libexec/dmtcp_py/criu"
+
+
+def unprivileged() -> bool:
+    """CRIU runs as a user who is not root: --unprivileged, its own copy."""
+    return os.geteuid() != 0
+
+
 def criu_binary() -> str:
-    return os.environ.get("DMTCP_CRIU") or "/usr/local/sbin/criu"
+    override = os.environ.get("DMTCP_CRIU")
+    if override:
+        return override
+    return USER_CRIU if unprivileged() else ROOT_CRIU
 
 
 def tool(name: str) -> str:

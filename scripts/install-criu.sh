@@ -9,7 +9,9 @@
 # Our fixes of CRIU bugs met here are applied from scripts/criu-patches/
 # (each says what it fixes); the installed build records which set it has.
 #
-# Result: /usr/local/sbin/criu, and the source tree (with pycriu's generated
+# Result: /usr/local/sbin/criu; its copy for users who are not root,
+# $USER_CRIU, with CAP_CHECKPOINT_RESTORE as a file capability (README,
+# "Users who are not root"); and the source tree (with pycriu's generated
 # protobuf modules) kept in $CRIU_SRC_ROOT for `pip install <src>/lib`.
 # Idempotent: does nothing when criu 4.2.x with these patches is installed.
 set -euo pipefail
@@ -23,6 +25,8 @@ PATCH_SUM=$(cat "$PATCH_DIR"/*.patch 2>/dev/null | sha256sum | cut -d' ' -f1)
 BUILD_DEPS="libbsd-dev libcap-dev libgnutls28-dev libnet1-dev libnftables-dev
   libnl-3-dev libprotobuf-c-dev libprotobuf-dev pkgconf protobuf-c-compiler
   protobuf-compiler uuid-dev libaio-dev python3-protobuf gcc make patch"
+
+USER_CRIU=/usr/local/libexec/dmtcp_py/criu
 
 log() { echo "install-criu: $*" >&2; }
 die() { echo "install-criu: error: $*" >&2; exit 1; }
@@ -47,8 +51,34 @@ apply_patches() {
     done
 }
 
+# The copy users who are not root run (criu --unprivileged).  Only
+# CAP_CHECKPOINT_RESTORE: it is all a dump and a restore of one's own
+# processes need on this kernel (>= 5.9); CAP_SYS_PTRACE would also let any
+# user read any other user's processes through it.  The permission check of
+# ptrace still applies, so a user dumps only processes they could trace.
+# An administrator who wants fewer users to have it restricts the file
+# (chgrp GROUP; chmod 0750): set-up keeps owner, group and mode once made.
+install_user_copy() {
+    if ! cmp -s /usr/local/sbin/criu "$USER_CRIU"; then
+        if [ -e "$USER_CRIU" ]; then
+            cp /usr/local/sbin/criu "$USER_CRIU.new"   # keeps nothing of the old file
+            chown --reference="$USER_CRIU" "$USER_CRIU.new"
+            chmod --reference="$USER_CRIU" "$USER_CRIU.new"
+        else
+            install -D -m 0755 /usr/local/sbin/criu "$USER_CRIU.new"
+        fi
+        mv -f "$USER_CRIU.new" "$USER_CRIU"
+    fi
+    if ! getcap "$USER_CRIU" | grep -q 'cap_checkpoint_restore=ep$'; then
+        setcap cap_checkpoint_restore+ep "$USER_CRIU" \
+            || die "cannot give $USER_CRIU CAP_CHECKPOINT_RESTORE (setcap failed)"
+        log "installed $USER_CRIU with CAP_CHECKPOINT_RESTORE for users who are not root"
+    fi
+}
+
 if installed_ok; then
     log "criu $(/usr/local/sbin/criu --version | sed -n 's/Version: //p') already installed"
+    install_user_copy
     exit 0
 fi
 
@@ -95,3 +125,4 @@ install -D -m 0755 "$SRC/criu/criu" /usr/local/sbin/criu
 echo "$PATCH_SUM" > "$SRC/.dmtcp-patches"
 installed_ok || die "installed criu does not report version 4.2"
 log "installed $(/usr/local/sbin/criu --version | head -n1) as /usr/local/sbin/criu"
+install_user_copy

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from dmtcp_py import __version__, logs
+from dmtcp_py import __version__, criu_access, logs
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.runner import Agent
 from dmtcp_py.cli.base import CONTEXT, INTERVAL, coord_host_option, coord_port_option, run
@@ -61,6 +61,8 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, interval, gzip, 
     for part in (shim_library(), tree_init()):
         if not part.exists():
             raise UserError(f"{part} is not built (run `make setup`)")
+    if (why := criu_access.problem()) is not None:
+        raise UserError(f"cannot checkpoint: {why}")
     # None: the coordinator's directory if it has one, else the cwd
     chosen = ckptdir or os.environ.get("DMTCP_CHECKPOINT_DIR")
     port = ensure_coordinator(coord_host, coord_port, join=join, new=new_coordinator,

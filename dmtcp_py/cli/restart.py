@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from dmtcp_py import __version__, logs
+from dmtcp_py import __version__, criu_access, logs
 from dmtcp_py.agent import stdio
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.runner import Agent, import_checkpoint_modules
@@ -42,6 +42,8 @@ from dmtcp_py.images import integrity, manifest, shared_files, store
 def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, any_owner,
         allow_changed_files, generation, images):
     """Restart the trees in the ckpt_*.dmtcp IMAGEs of one computation."""
+    if (why := criu_access.problem()) is not None:
+        raise UserError(f"cannot restore: {why}")
     if generation is not None:
         images = [_of_generation(Path(i), generation) for i in images]
     loaded = [(Path(i).resolve(), manifest.load(Path(i))) for i in images]
