@@ -33,10 +33,12 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 stamp=.venv/.dmtcp-installed
-if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     log "installing dmtcp_py into .venv"
-    # compat: a plain path in a .pth file; the default editable finder costs
-    # every command ~25 ms at start-up
+    # pyproject.toml makes it a PEP 660 install: plain console scripts (not
+    # easy_install's, which look their entry point up in importlib.metadata,
+    # ~25 ms); compat mode: a plain path in a .pth file, where the default
+    # editable finder costs every command ~25 ms at start-up
     .venv/bin/pip install -q --disable-pip-version-check -e '.[test]' \
         --config-settings editable_mode=compat
     touch "$stamp"

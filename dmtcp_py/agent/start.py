@@ -11,8 +11,9 @@ from dmtcp_py.agent import criu_driver, stdio
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.network import Network
 from dmtcp_py.agent.tree import Tree
-from dmtcp_py.errors import UserError
-from dmtcp_py.images import compress, shared_files, temp_files, written_files
+from dmtcp_py.errors import ImageError, UserError
+from dmtcp_py.images import (compress, integrity, shared_files, temp_files,
+                             written_files)
 from dmtcp_py.paths import run_dir, shim_library, tool, tree_init
 from dmtcp_py.protocol.states import State
 
@@ -68,6 +69,12 @@ async def restore(cfg: AgentConfig, tree: Tree, net: Network, reach_ip: str) -> 
     loop = asyncio.get_running_loop()
     for relay in handover.relays:
         relay.start(loop)
+    # the memory pages are checked while CRIU restores them (the rest was,
+    # before the restart began): the restored processes stay stopped in
+    # their shims until the round releases them, which waits for this
+    pages_checked = loop.run_in_executor(
+        None, integrity.verify, image, integrity.split(m.sha256)[1],
+        "the restored processes were killed before they ran")
     tree.hold_reaping = True
     try:
         with compress.readable(image) as images:
@@ -78,10 +85,19 @@ async def restore(cfg: AgentConfig, tree: Tree, net: Network, reach_ip: str) -> 
         # restart round aborted at once) is collected with its status
         tree.adopt(pid)
     except criu_driver.CriuError as exc:
+        try:  # damaged pages are the better explanation of CRIU's failure
+            await pages_checked
+        except ImageError as damaged:
+            raise UserError(str(damaged)) from None
         raise UserError(str(exc)) from None
     finally:
         tree.hold_reaping = False
         handover.close_after_restore()
+    try:
+        await pages_checked
+    except ImageError:
+        tree.kill()
+        raise
     log.info("restored %s (generation %d) as pid %d", image, m.generation, pid)
     await fault_injection.hold(State.RESTARTING)  # restored, not yet reported
     return handover.relays

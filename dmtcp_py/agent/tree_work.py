@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from typing import Callable
 
 import psutil
 
 from dmtcp_py import fault_injection, logs
-from dmtcp_py.agent import criu_driver, records, stdio
+from dmtcp_py.agent import criu_driver, records, stdio, sysv
 from dmtcp_py.agent import tree as tree_mod
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.machine import Step, Work, WorkResult
@@ -42,6 +43,7 @@ class TreeWork:
         self.shims, self.net, self.tree = shims, net, tree
         self.relays: list[stdio.FileRelay] = []  # a restored tree's stdio (start.restore)
         self._send = send
+        self._sysv_told = False
 
     async def carry_out(self, step: Step) -> WorkResult:
         """One barrier's work; a bug of ours never leaves the tree stopped."""
@@ -97,6 +99,9 @@ class TreeWork:
                 raise criu_driver.CriuError(f"processes {stuck} did not detach from the agent")
             procs = self.tree.processes()
             facts = self._facts(step, [p.pid for p in procs], sorted(parked))
+            refusal = sysv.shared_memory_refusal(self.tree.root_pid, set(facts.pids))
+            if refusal:  # (CRIU's own words for it are cryptic)
+                raise criu_driver.CriuError(refusal)
             self.tree.hold_reaping = True
             ticker = asyncio.create_task(self._report_progress(step.generation, ckpt, procs))
             try:
@@ -110,6 +115,7 @@ class TreeWork:
                 _no_failure_inside([p.pid for p in procs])
             m = await loop.run_in_executor(None, ckpt.save_files, facts, self.net.table)
             gone = step.stop
+            self._tell_sysv_left_out(set(facts.pids))
         except (criu_driver.CriuError, OSError) as exc:
             log.error("checkpoint failed: %s", exc)
             await loop.run_in_executor(None, ckpt.discard)
@@ -132,6 +138,16 @@ class TreeWork:
                                    program=cfg.program, bytes=m.total_bytes,
                                    duration=duration, processes=len(parked))
         return WorkResult(image=image, pending=ckpt, parked=parked)
+
+    def _tell_sysv_left_out(self, pids: set[int]) -> None:
+        """Once per tree: SysV objects its images do not hold (sysv.py)."""
+        if self._sysv_told or self.tree.root_pid is None:
+            return
+        warning = sysv.left_out(self.tree.root_pid, pids)
+        if warning:
+            self._sysv_told = True
+            log.warning("%s", warning)
+            print(f"dmtcp: warning: {warning}", file=sys.stderr, flush=True)
 
     def _facts(self, step: Step, pids: list[int], shim_pids: list[int]) -> checkpoint.TreeFacts:
         cfg, m = self.cfg, self.cfg.manifest

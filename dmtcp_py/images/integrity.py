@@ -1,6 +1,9 @@
 """A sha256 of every image file, taken when a generation is published and
-checked before a restart starts anything: a flipped byte anywhere in an
-image is reported with the file's name, and nothing is restored.
+checked at restart: a flipped byte anywhere in an image is reported with
+the file's name, and the program never runs on it.  The memory pages, most
+of an image's bytes, are checked while CRIU restores them into processes
+that stay stopped until every digest matched (held_back); every other file
+before the restart writes or starts anything.
 
 Sealing (hashing, and with it making each file private and durable) runs
 after the program is running again, while the files are still in the page
@@ -109,13 +112,31 @@ def seal(directory: Path) -> Sealed:
                   sha256={name: digest for name, (_, digest) in by_name})
 
 
-def verify(directory: Path, expected: dict[str, str]) -> None:
+def held_back(name: str) -> bool:
+    """A file checked while CRIU restores, not before: the memory pages.
+    CRIU puts them only into the restored processes, which stay stopped
+    until the restart's round releases them, and the restart kills them
+    instead if a digest did not match.  CRIU's descriptions of processes
+    and files, and our copies of files the restart writes back, are
+    checked before anything is written."""
+    return name.startswith("pages-")
+
+
+def split(expected: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(checked before the restart, checked while CRIU restores)."""
+    before = {n: d for n, d in expected.items() if not held_back(n)}
+    return before, {n: d for n, d in expected.items() if held_back(n)}
+
+
+def verify(directory: Path, expected: dict[str, str],
+           consequence: str = "nothing was restarted") -> None:
     """ImageError naming the first file whose content is not what was
     published (an image without digests, from an older version, passes)."""
-    verify_all([(directory, expected)])
+    verify_all([(directory, expected)], consequence)
 
 
-def verify_all(images: list[tuple[Path, dict[str, str]]]) -> None:
+def verify_all(images: list[tuple[Path, dict[str, str]]],
+               consequence: str = "nothing was restarted") -> None:
     """verify() for several images, their files hashed by one pool: a
     restart of many small trees is not one image after another."""
     files = [(directory, name, digest) for directory, expected in images
@@ -128,4 +149,4 @@ def verify_all(images: list[tuple[Path, dict[str, str]]]) -> None:
     for (directory, name, digest), got in zip(files, actual):
         if got != digest:
             raise ImageError(f"image {directory} is damaged: {name} does not match its "
-                             "checksum (sha256); nothing was restarted")
+                             f"checksum (sha256); {consequence}")

@@ -1,6 +1,8 @@
 """Images are trusted only as published: every file has a sha256 in the
-manifest, checked before a restart starts anything; an image another user
-owns is refused unless --any-owner says otherwise."""
+manifest, checked before the program runs again (the memory pages while
+CRIU restores them into processes that stay stopped, the rest before the
+restart writes or starts anything); an image another user owns is refused
+unless --any-owner says otherwise."""
 from __future__ import annotations
 
 import json
@@ -44,6 +46,31 @@ def test_a_flipped_byte_is_named_and_nothing_starts(comp, image, victim):
     assert res.returncode != 0
     assert res.stderr.count("\n") == 1 and target.name in res.stderr, res.stderr
     assert res.stdout == "" and comp.status()["num_peers"] == 0
+
+
+def test_damaged_pages_of_one_tree_stop_the_whole_restart(comp, programs, tmp_path):
+    """Two trees restarted together, one with a damaged page image: neither
+    program runs again, and the error names the file."""
+    procs = []
+    for n in range(2):
+        proc, out = comp.launch(*programs["counter_single"], "100000", "10")
+        procs.append((proc, out))
+    comp.wait_peers(2)
+    wait_for(lambda: all(last_tick(out) >= 3 for _, out in procs), what="ticks")
+    comp.checkpoint()
+    comp.command("-k")
+    for proc, _ in procs:
+        proc.wait(timeout=TIMEOUT)
+    images = comp.images()
+    target = max(images[0].glob("pages-*.img"), key=lambda p: p.stat().st_size)
+    data = bytearray(target.read_bytes())
+    data[len(data) // 3] ^= 0x80
+    target.write_bytes(bytes(data))
+    res = _restart(comp, *map(str, images))
+    assert res.returncode != 0
+    assert target.name in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert res.stdout == ""  # no tick from either program
+    wait_for(lambda: comp.status()["num_peers"] == 0, what="every restored process to go")
 
 
 def test_another_users_image_is_refused_unless_told(comp, image):

@@ -181,3 +181,77 @@ def test_a_criu_without_the_capability_is_named(user, work):
     res = user.run([tool("dmtcp-restart"), str(work / "ckpt")], env=env)
     assert res.returncode != 0 and "cannot restore:" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
+
+
+SYSV_USER = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ipc.h>
+#include <sys/msg.h>
+#include <sys/shm.h>
+#include <unistd.h>
+struct msg { long type; char text[8]; };
+/* usage: sysv_user shm|msg */
+int main(int argc, char **argv)
+{
+    char *p = NULL;
+    if (argc > 1 && strcmp(argv[1], "shm") == 0) {
+        int shm = shmget(IPC_PRIVATE, 4096, IPC_CREAT | 0600);
+        p = shm < 0 ? NULL : shmat(shm, NULL, 0);
+        if (p == NULL || p == (void *)-1)
+            return 3;
+        shmctl(shm, IPC_RMID, NULL); /* gone with the last detach */
+    } else {
+        struct msg m = { 1, "hello" };
+        int q = msgget(IPC_PRIVATE, IPC_CREAT | 0600);
+        if (q < 0 || msgsnd(q, &m, sizeof(m.text), 0) != 0)
+            return 3;
+    }
+    for (int i = 0;; i++) {
+        if (p)
+            p[0] = (char)i;
+        printf("tick %d\n", i);
+        fflush(stdout);
+        usleep(20000);
+    }
+}
+"""
+
+
+def _sysv_run(user, work, what: str) -> tuple[list[subprocess.CompletedProcess], str]:
+    """The SysV program (shared memory or a message queue) under a coordinator
+    of the user's: two -bc; their results and the launch's stderr."""
+    src = work / "sysv_user.c"
+    src.write_text(SYSV_USER)
+    user.give(src)
+    exe = _build(user, src, work / "sysv_user")
+    port = _port(user, work)
+    out, err = work / "sysv.out", work / "sysv.err"
+    with _output(user, out) as o, _output(user, err) as e:
+        prog = user.popen([tool("dmtcp-launch"), "--join", "-p", str(port), exe, what],
+                          stdin=subprocess.DEVNULL, stdout=o, stderr=e)
+    wait_for(lambda: last_tick(out) >= 3, what="the program's ticks")
+    results = [_command(user, port, "-bc") for _ in range(2)]
+    assert _command(user, port, "-k").returncode == 0
+    prog.wait(timeout=TIMEOUT)
+    _command(user, port, "-q")
+    return results, err.read_text()
+
+
+def test_sysv_shared_memory_is_refused_in_one_line(user, work):
+    """Without root the tree has no IPC namespace of its own, and CRIU then
+    cannot dump SysV shared memory: the checkpoint fails, saying why."""
+    results, _ = _sysv_run(user, work, "shm")
+    for res in results:
+        assert res.returncode != 0
+        assert res.stderr.count("\n") == 1, res.stderr
+        assert "1 System V shared memory segment" in res.stderr and "not root" in res.stderr
+
+
+def test_sysv_queues_left_out_of_the_image_are_named_once(user, work):
+    results, err = _sysv_run(user, work, "msg")
+    assert all(res.returncode == 0 for res in results), [r.stderr for r in results]
+    warnings = [ln for ln in err.splitlines() if "System V" in ln]
+    assert len(warnings) == 1, err
+    assert "1 System V message queue" in warnings[0] and "not in its images" in warnings[0]

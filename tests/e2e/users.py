@@ -107,6 +107,21 @@ def created_user():
             shutil.rmtree(home, ignore_errors=True)
 
 
+def _remove_ipc(uid: int) -> None:
+    """The user's System V objects (ipcrm by id)."""
+    for kind, flag, id_col in (("shm", "-m", 1), ("msg", "-q", 1), ("sem", "-s", 1)):
+        try:
+            rows = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        header = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[0].split()
+        uid_col = header.index("uid")
+        for row in rows:
+            fields = row.split()
+            if len(fields) > uid_col and fields[uid_col] == str(uid):
+                subprocess.run(["ipcrm", flag, fields[id_col]], capture_output=True)
+
+
 def _remove(name: str, home: Path, acl: list[Path]) -> None:
     user = TestUser(name, home)
     for _ in range(3):
@@ -126,6 +141,7 @@ def _remove(name: str, home: Path, acl: list[Path]) -> None:
                             shutil.rmtree(entry.path, ignore_errors=True)
                         else:
                             os.unlink(entry.path)
+    _remove_ipc(user.uid)
     for step in acl:
         subprocess.run(["setfacl", "-x", f"u:{name}", str(step)], capture_output=True)
     subprocess.run(["userdel", name], capture_output=True)
