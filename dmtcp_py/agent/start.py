@@ -72,8 +72,9 @@ async def restore(cfg: AgentConfig, tree: Tree, net: Network, reach_ip: str) -> 
     # the memory pages are checked while CRIU restores them (the rest was,
     # before the restart began): the restored processes stay stopped in
     # their shims until the round releases them, which waits for this
+    algorithm, digests = integrity.expected(m)
     pages_checked = loop.run_in_executor(
-        None, integrity.verify, image, integrity.split(m.sha256)[1],
+        None, integrity.verify, image, integrity.split(digests)[1], algorithm,
         "the restored processes were killed before they ran")
     tree.hold_reaping = True
     try:
@@ -84,8 +85,9 @@ async def restore(cfg: AgentConfig, tree: Tree, net: Network, reach_ip: str) -> 
         # watched before reaping resumes: a root that already ended (a
         # restart round aborted at once) is collected with its status
         tree.adopt(pid)
-    except criu_driver.CriuError as exc:
-        try:  # damaged pages are the better explanation of CRIU's failure
+    except (criu_driver.CriuError, ImageError) as exc:
+        # damaged pages explain a failure of CRIU's or of the decompression
+        try:
             await pages_checked
         except ImageError as damaged:
             raise UserError(str(damaged)) from None

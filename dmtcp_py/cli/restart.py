@@ -64,7 +64,9 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, any_owner,
             _check_owner(image)
     # every byte as published before anything is written or started; the
     # memory pages are checked by each agent while CRIU restores them
-    integrity.verify_all([(image, integrity.split(m.sha256)[0]) for image, m in loaded])
+    checks = [(image, *integrity.expected(m)) for image, m in loaded]
+    integrity.verify_all([(image, algorithm, integrity.split(digests)[0])
+                          for image, algorithm, digests in checks])
     if not allow_changed_files:
         _check_read_only_files([e for _, m in loaded for e in m.shared_files])
     port = ensure_coordinator(coord_host, coord_port, join=join, new=new_coordinator)

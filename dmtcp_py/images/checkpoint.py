@@ -108,7 +108,7 @@ class Checkpoint:
         if compressed and compress.compress(self.partial):
             m = replace(m, compression=compress.NAME)
         sealed = integrity.seal(self.partial)
-        m = replace(m, files=sealed.sizes, sha256=sealed.sha256)
+        m = replace(m, files=sealed.sizes, blake3=sealed.digests)
         self.manifest = m
         m.write(self.partial)
         return store.publish(self.partial, self.final)

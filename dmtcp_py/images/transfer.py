@@ -4,7 +4,7 @@ The stream is a header line (JSON: the image's name, its generation, the
 manifest's length), the manifest itself, then every file the manifest
 lists, whole, in the manifest's order.  The receiver trusts nothing in it:
 the name must be an image's name, each file must have the size and the
-sha256 that the manifest recorded when the image was sealed, and only then
+digest (blake3, or sha256 in older images) that the manifest recorded when the image was sealed, and only then
 is the copy published, atomically, exactly as a local generation is
 (store.publish: the previous generation kept beside it).  A damaged or cut
 stream leaves nothing behind but the partial directory, which is removed.
@@ -15,7 +15,6 @@ still come from the generation the header named.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from dmtcp_py.errors import ImageError
-from dmtcp_py.images import store
+from dmtcp_py.images import integrity, store
 from dmtcp_py.images.manifest import MANIFEST, load
 
 MAGIC = "dmtcp-image"
@@ -108,7 +107,9 @@ def receive(inp: BinaryIO, ckptdir: Path) -> Path:
         try:
             manifest = json.loads(raw)
             files = {str(k): int(v) for k, v in manifest["files"].items()}
-            digests = dict(manifest["sha256"])
+            algorithm = next((a for a in integrity.ALGORITHMS if manifest.get(a)),
+                             integrity.ALGORITHM)
+            digests = dict(manifest.get(algorithm) or {})
             ok = int(manifest["generation"]) == gen
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ImageError(f"the manifest of {name} is corrupt: {exc}") from None
@@ -119,7 +120,7 @@ def receive(inp: BinaryIO, ckptdir: Path) -> Path:
                 raise ImageError(f"the manifest of {name} names a bad file {fname!r}")
             if fname not in digests:
                 raise ImageError(f"the manifest of {name} has no checksum for {fname}")
-            _receive_file(inp, partial / fname, size, digests[fname], name)
+            _receive_file(inp, partial / fname, size, algorithm, digests[fname], name)
         _write_private(partial / MANIFEST, raw)
         for expired in store.publish(partial, final):
             store.discard(expired)
@@ -129,8 +130,9 @@ def receive(inp: BinaryIO, ckptdir: Path) -> Path:
         raise
 
 
-def _receive_file(inp: BinaryIO, path: Path, size: int, digest: str, image: str) -> None:
-    h = hashlib.sha256()
+def _receive_file(inp: BinaryIO, path: Path, size: int, algorithm: str, digest: str,
+                  image: str) -> None:
+    h = integrity.hasher(algorithm)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     def write(chunk: bytes) -> None:
         h.update(chunk)
@@ -142,7 +144,7 @@ def _receive_file(inp: BinaryIO, path: Path, size: int, digest: str, image: str)
         _pump(inp.read, write, size, f"the stream of {image} ended inside {path.name}")
         if h.hexdigest() != digest:
             raise ImageError(f"the copy of {image}/{path.name} does not match its checksum "
-                             "(sha256)")
+                             f"({algorithm})")
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -1,4 +1,4 @@
-"""Images are trusted only as published: every file has a sha256 in the
+"""Images are trusted only as published: every file has a digest in the
 manifest, checked before the program runs again (the memory pages while
 CRIU restores them into processes that stay stopped, the rest before the
 restart writes or starts anything); an image another user owns is refused
@@ -33,7 +33,8 @@ def _restart(comp, *args: str) -> subprocess.CompletedProcess:
 def test_every_file_has_a_checksum(image):
     m = json.loads((image / "manifest.json").read_text())
     files = {p.name for p in image.iterdir() if p.name != "manifest.json"}
-    assert set(m["sha256"]) == files and all(len(d) == 64 for d in m["sha256"].values())
+    assert set(m["blake3"]) == files and all(len(d) == 64 for d in m["blake3"].values())
+    assert not m["sha256"]  # the digest of images before BLAKE3
 
 
 @pytest.mark.parametrize("victim", ["pages", "core"])

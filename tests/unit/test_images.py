@@ -7,6 +7,7 @@ import os
 import stat
 from dataclasses import asdict
 
+import blake3
 import pytest
 
 from dmtcp_py.errors import ImageError, UserError
@@ -166,8 +167,8 @@ def test_seal_makes_files_private_and_takes_sizes_and_digests(tmp_path, monkeypa
     sizes = {name: len(data) for name, data in files.items()}
     assert sealed.sizes == sizes == store.file_sizes(tmp_path)
     assert list(sealed.sizes) == sorted(sizes)
-    assert sealed.sha256 == {name: hashlib.sha256(data).hexdigest()
-                             for name, data in files.items()}
+    assert sealed.digests == {name: blake3.blake3(data).hexdigest()
+                              for name, data in files.items()}
     for name in files:
         assert mode(tmp_path / name) == 0o600
 
@@ -254,3 +255,18 @@ def test_discard(tmp_path):
     store.discard(partial)
     assert not partial.exists()
     store.discard(partial)  # already gone: fine
+
+
+def test_images_sealed_with_sha256_are_checked_with_it(tmp_path):
+    """An image of an earlier version carries sha256 digests: they are what
+    its files are checked against."""
+    m = write_image(tmp_path, 1, FILES)
+    m.sha256 = {name: hashlib.sha256(data).hexdigest() for name, data in FILES.items()}
+    assert integrity.expected(m) == ("sha256", m.sha256)
+    integrity.verify(tmp_path, m.sha256, "sha256")
+    name = sorted(FILES)[0]
+    (tmp_path / name).write_bytes(b"y" + FILES[name][1:])
+    with pytest.raises(ImageError, match=rf"{name} does not match its checksum \(sha256\)"):
+        integrity.verify(tmp_path, m.sha256, "sha256")
+    m.blake3 = {"core-1.img": "00"}  # a newer seal wins
+    assert integrity.expected(m)[0] == "blake3"
