@@ -6,7 +6,7 @@
 
 What the restart script does when a tree moves to a host that does not
 have its image (its own host is gone, and a replica is elsewhere).
-`receive` checks every file against the sha256 its manifest recorded and
+`receive` checks every file against the digest its manifest recorded and
 publishes the copy atomically (0600 files, 0700 directory); it prints the
 image's path there.  Nothing in the stream is ever run.
 """
