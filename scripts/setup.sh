@@ -9,7 +9,7 @@ log() { echo "setup: $*" >&2; }
 
 # Runtime and test packages (CRIU's own build deps are in install-criu.sh).
 bash scripts/apt-ensure.sh gcc make libc6-dev iproute2 procps bsdutils \
-    python3 python3-venv libcap2-bin acl
+    python3 python3-venv libcap2-bin acl graphviz
 # MPI jobs and the hosts of the multi-host tests (sshd per namespace)
 bash scripts/apt-ensure.sh openmpi-bin libopenmpi-dev mpich libmpich-dev \
     openssh-server openssh-client

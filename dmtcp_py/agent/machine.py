@@ -27,6 +27,7 @@ from dmtcp_py.protocol import messages
 from dmtcp_py.protocol.states import State, TransitionError, check_transition
 
 COMMIT_TIMEOUT = 30.0  # a stopped tree's agent waits this long for the commit
+TRAFFIC_EVERY = 5.0    # seconds between samples of the tree's traffic (--graph)
 
 
 class Work(enum.Enum):
@@ -151,6 +152,12 @@ class Rejoin:
 
 
 @dataclass(frozen=True)
+class SampleTraffic:
+    """Tell the coordinator the tree's TCP connections and their byte
+    counters now (messages.Traffic), for its traffic matrix (--graph)."""
+
+
+@dataclass(frozen=True)
 class DropLink:
     """The coordinator has been silent too long: close the link (what
     follows is as if it had closed it: coordinator_lost)."""
@@ -219,6 +226,8 @@ class AgentMachine:
     heartbeat: float = 0.0
     heartbeat_timeout: float = 0.0
     next_beat: float = 0.0
+    # the next sample of the tree's traffic, while it runs (TRAFFIC_EVERY)
+    next_traffic: float = 0.0
     # the coordinator restarts lost trees: our processes end if we do
     die_with_agent: bool = False
     kill_requested: bool = False             # the coordinator said Kill
@@ -285,14 +294,20 @@ class AgentMachine:
     def tick(self, now: float, last_heard: float) -> list:
         """Called every fraction of a heartbeat: beat when one is due; a
         coordinator not heard from (any message) for the timeout is lost."""
-        if not self.linked or self.heartbeat <= 0:
+        if not self.linked:
             return []
+        actions: list = []
+        if self.running and now >= self.next_traffic:
+            self.next_traffic = now + TRAFFIC_EVERY
+            actions.append(SampleTraffic())
+        if self.heartbeat <= 0:
+            return actions
         if self.heartbeat_timeout > 0 and now - last_heard > self.heartbeat_timeout:
             return [DropLink(f"the coordinator was silent for {now - last_heard:.1f} s")]
         if now < self.next_beat:
-            return []
+            return actions
         self.next_beat = now + self.heartbeat
-        return [Send(messages.Heartbeat())]
+        return actions + [Send(messages.Heartbeat())]
 
     def coordinator_lost(self) -> list:
         """The link broke.  A round under way ends here, so that the program

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from dmtcp_py.agent import machine as am
-from dmtcp_py.agent import start
+from dmtcp_py.agent import start, tcpstats
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.link import CoordinatorLink
 from dmtcp_py.agent.network import Network
@@ -196,6 +196,19 @@ class Agent:
             await asyncio.sleep(period)
             await self._apply(self.machine.tick(time.monotonic(), self.link.last_heard))
 
+    async def _send_traffic(self) -> None:
+        """The tree's TCP connections and their counters, to the coordinator."""
+        def sample() -> list[tcpstats.Flow]:
+            return tcpstats.flows([p.pid for p in self.tree.processes()])
+        try:
+            flows = await asyncio.get_running_loop().run_in_executor(None, sample)
+        except OSError as exc:  # no sock_diag here: the graph goes without this tree
+            log.debug("traffic sample failed: %s", exc)
+            return
+        self.link.send(messages.Traffic(flows=tuple(
+            messages.FlowInfo(local=f.local, peer=f.peer, sent=f.sent, received=f.received)
+            for f in flows)))
+
     def _process_killed(self, pid: int, signum: int, core: bool, name: str) -> None:
         self._spawn(self._apply(self.machine.process_killed(pid, signum, core, name)))
 
@@ -252,6 +265,8 @@ class Agent:
             case am.CopyImage(generation, path, targets):
                 for target in targets:
                     self._spawn(self._copy(generation, path, target))
+            case am.SampleTraffic():
+                self._spawn(self._send_traffic())
             case am.DropLink(why):
                 log.warning("%s; taking it for lost", why)
                 self.link.close()

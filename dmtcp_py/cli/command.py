@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from dmtcp_py import __version__
+from dmtcp_py import __version__, graph_view
 from dmtcp_py.cli.base import AUTO, CONTEXT, INTERVAL, coord_host_option, coord_port_option, run
 from dmtcp_py.client import CoordinatorClient
 from dmtcp_py.errors import UserError
@@ -19,6 +19,11 @@ from dmtcp_py.protocol.messages import Cmd, Progress, Reply
 @coord_port_option
 @click.option("-s", "--status", "action", flag_value="status", help="Print the status.")
 @click.option("-l", "--list", "action", flag_value="list", help="List trees and processes.")
+@click.option("--graph", "action", flag_value="graph",
+              help="Show who talks to whom: bytes per second between trees, by host, and the "
+                   "groups of frequent communicators (with --json, --dot or --png FILE).")
+@click.option("--dot", "as_dot", is_flag=True, help="--graph as Graphviz DOT.")
+@click.option("--png", "png_file", metavar="FILE", help="--graph drawn into FILE (Graphviz).")
 @click.option("-c", "--checkpoint", "action", flag_value="checkpoint",
               help="Request a checkpoint and return.")
 @click.option("-bc", "--bcheckpoint", "action", flag_value="bcheckpoint",
@@ -31,16 +36,24 @@ from dmtcp_py.protocol.messages import Cmd, Progress, Reply
 @click.option("-i", "--interval", type=INTERVAL, default=None, metavar="SECONDS|auto",
               help="Set the checkpoint interval (0 disables; auto: the coordinator chooses "
                    "it from its checkpoints' cost and the failures it sees).")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (-s, -l).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Machine-readable output (-s, -l, --graph).")
 @click.version_option(__version__, "--version")
-def cli(coord_host, coord_port, action, interval, as_json):
+def cli(coord_host, coord_port, action, interval, as_json, as_dot, png_file):
     """Send one command to the coordinator at HOST:PORT."""
+    if (as_dot or png_file) and action is None:
+        action = "graph"
+    if (as_dot or png_file) and action != "graph":
+        raise UserError("--dot and --png go with --graph")
     if action is None and interval is not None:
         action = "interval"
     if action is None:
-        raise UserError("no command given: one of -s, -l, -c, -bc, -kc, -k, -q, -i N|auto")
+        raise UserError("no command given: one of -s, -l, --graph, -c, -bc, -kc, -k, -q, "
+                        "-i N|auto")
     blocking = action in ("bcheckpoint", "kcheckpoint")
     with CoordinatorClient(coord_host, coord_port, timeout=None if blocking else 30.0) as client:
+        if action == "graph":
+            return _print_graph(client.command(Cmd.GRAPH).body, as_json, as_dot, png_file)
         if action in ("status", "list"):
             reply = client.command(Cmd(action))
             return _print_status(reply.body, coord_host, coord_port, as_json,
@@ -71,6 +84,21 @@ def cli(coord_host, coord_port, action, interval, as_json):
         click.echo(f"checkpoint interval: auto, {body['interval']:.1f} s for now")
     elif action == "interval":
         click.echo(f"checkpoint interval: {body['interval']:g} s")
+    return 0
+
+
+def _print_graph(graph: dict, as_json: bool, as_dot: bool, png_file: str | None) -> int:
+    if "edges" not in graph:  # an older coordinator answers with an error body
+        raise UserError("this coordinator does not know --graph (an older version?)")
+    if png_file:
+        graph_view.png(graph, png_file)
+        click.echo(f"wrote {png_file}")
+    elif as_dot:
+        click.echo(graph_view.dot(graph), nl=False)
+    elif as_json:
+        click.echo(json.dumps(graph, indent=1, sort_keys=True))
+    else:
+        click.echo("\n".join(graph_view.lines(graph)))
     return 0
 
 

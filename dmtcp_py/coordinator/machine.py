@@ -13,6 +13,7 @@ from dmtcp_py.coordinator import recovery, replication
 from dmtcp_py.coordinator.interval import AutoInterval
 from dmtcp_py.coordinator.nameservice import NameService
 from dmtcp_py.coordinator.recovery import Failure, Phase, Recovery, RecoveryPolicy
+from dmtcp_py.coordinator.traffic import TrafficMatrix
 from dmtcp_py.protocol.messages import (
     Barrier,
     CkptRequest,
@@ -26,6 +27,7 @@ from dmtcp_py.protocol.messages import (
     Lookup,
     Message,
     Peers,
+    Traffic,
     ProcInfo,
     Progress,
     Publish,
@@ -168,6 +170,7 @@ class CoordinatorMachine:
         self.last_checkpoint: dict | None = None
         self._ever_had_agents = False
         self.names = NameService()
+        self.traffic = TrafficMatrix()  # who talks to whom (--graph)
         # --interval auto: the interval chosen from the checkpoints' cost and
         # the failures seen (interval.py).  Measured in either mode, so that
         # a later `i auto` starts from what is already known.
@@ -268,6 +271,7 @@ class CoordinatorMachine:
         actions: list = [Notice(f"left: {agent.label()}"
                                 + (f": LOST, {why}" if why else ""))]
         self.names.agent_left(agent_id)
+        self.traffic.forget(agent.tree_id)
         rnd = self.round
         if rnd is not None and agent_id in rnd.participants:
             rnd.participants.discard(agent_id)
@@ -314,6 +318,11 @@ class CoordinatorMachine:
             case Peers():
                 agent.peers = msg.count
                 agent.procs = msg.procs
+                return []
+            case Traffic():
+                self.traffic.report(agent.tree_id, agent.host,
+                                    [(f.local, f.peer, f.sent, f.received) for f in msg.flows],
+                                    now)
                 return []
             case Reached():
                 return self._reached(agent, msg, now)
@@ -567,6 +576,18 @@ class CoordinatorMachine:
                  "tree_id": a.tree_id, "state": a.state.value, "peers": a.peers,
                  "procs": [_proc_row(p) for p in a.procs], "external": list(a.external)}
                 for a in self.agents.values()]
+
+    def graph(self, now: float) -> dict:
+        """The traffic between the trees and their groups (--graph), with
+        every tree under control, whether it reported traffic or not."""
+        out = self.traffic.graph(now)
+        out["trees"] = [{"tree_id": a.tree_id, "host": a.host, "program": a.program}
+                        for a in sorted(self.agents.values(), key=lambda a: (a.host, a.tree_id))]
+        grouped = {t for g in out["groups"] for t in g}
+        out["groups"] += [[a.tree_id] for a in sorted(self.agents.values(),
+                                                      key=lambda a: a.tree_id)
+                          if a.tree_id not in grouped]
+        return out
 
     # ---- recovery (--auto-restart) ---------------------------------------------
 

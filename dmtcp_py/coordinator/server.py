@@ -114,6 +114,8 @@ class CoordinatorServer:
             case Cmd.LIST:
                 self.apply([ReplyClient(client_id, Reply(
                     ok=True, body={"trees": m.listing(), **m.status()}))])
+            case Cmd.GRAPH:
+                self.apply([ReplyClient(client_id, Reply(ok=True, body=m.graph(now)))])
             case Cmd.CHECKPOINT:
                 self.apply(m.request_checkpoint(client_id, now, blocking=msg.blocking,
                                                 stop=msg.stop, progress=msg.progress))

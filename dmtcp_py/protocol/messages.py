@@ -41,6 +41,7 @@ class Role(enum.Enum):
 class Cmd(enum.Enum):
     STATUS = "status"
     LIST = "list"
+    GRAPH = "graph"
     CHECKPOINT = "checkpoint"
     KILL = "kill"
     QUIT = "quit"
@@ -208,6 +209,16 @@ class KilledProcess(_Checked):
     core: bool = False
 
 
+@dataclass(frozen=True)
+class FlowInfo(_Checked):
+    """One established TCP connection of a tree: its two ends ("ip:port")
+    and its byte counters since it began (sent: acknowledged by the peer)."""
+    local: str
+    peer: str
+    sent: int = _at_least(0)
+    received: int = _at_least(0)
+
+
 # ---- messages ------------------------------------------------------------------
 
 _KINDS: dict[str, type[Message]] = {}
@@ -298,6 +309,14 @@ class Replicated(Message):
 @dataclass(frozen=True)
 class Heartbeat(Message):
     pass
+
+
+# agent -> coordinator, every few seconds while its tree runs: the tree's
+# TCP connections and their counters (coordinator/traffic.py)
+@_message("traffic")
+@dataclass(frozen=True)
+class Traffic(Message):
+    flows: tuple[FlowInfo, ...] = ()
 
 
 # agent -> coordinator, before it leaves: how its tree ended

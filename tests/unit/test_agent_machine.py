@@ -9,6 +9,7 @@ import pytest
 from dmtcp_py.agent import records
 from dmtcp_py.agent.machine import (
     COMMIT_TIMEOUT,
+    TRAFFIC_EVERY,
     AbandonRestart,
     AgentMachine,
     Discard,
@@ -20,6 +21,7 @@ from dmtcp_py.agent.machine import (
     Publish,
     Rejoin,
     ReportPeers,
+    SampleTraffic,
     Send,
     Step,
     TellShims,
@@ -556,9 +558,13 @@ def test_a_kill_record_carries_pid_signal_and_core():
 def test_heartbeats_go_out_as_the_welcome_asks():
     m = AgentMachine(Identity("t1", "prog"))
     m.welcomed(messages.Welcome(comp_id="c", agent_id=1, heartbeat=1.0, heartbeat_timeout=5.0))
-    assert m.tick(100.0, last_heard=100.0) == [Send(messages.Heartbeat())]
-    assert m.tick(100.5, last_heard=100.0) == []
-    assert m.tick(101.0, last_heard=100.2) == [Send(messages.Heartbeat())]
+    assert _sends(m.tick(100.0, last_heard=100.0)) == [Send(messages.Heartbeat())]
+    assert _sends(m.tick(100.5, last_heard=100.0)) == []
+    assert _sends(m.tick(101.0, last_heard=100.2)) == [Send(messages.Heartbeat())]
+
+
+def _sends(actions: list) -> list:
+    return [a for a in actions if isinstance(a, Send)]
 
 
 def test_a_silent_coordinator_is_dropped():
@@ -573,7 +579,18 @@ def test_no_heartbeats_without_a_coordinator_or_when_it_asks_for_none():
     m = AgentMachine(Identity("t1", "prog"))
     assert m.tick(100.0, last_heard=0.0) == []            # not linked
     m.welcomed(messages.Welcome(comp_id="c", agent_id=1))  # heartbeat 0
-    assert m.tick(100.0, last_heard=0.0) == []
+    assert _sends(m.tick(100.0, last_heard=0.0)) == []
+
+
+def test_traffic_is_sampled_every_few_seconds_while_the_tree_runs():
+    m = AgentMachine(Identity("t1", "prog"))
+    assert m.tick(100.0, last_heard=0.0) == []  # not linked: nobody to tell
+    m.welcomed(messages.Welcome(comp_id="c", agent_id=1))
+    assert m.tick(100.0, last_heard=100.0) == [SampleTraffic()]
+    assert m.tick(100.0 + TRAFFIC_EVERY / 2, last_heard=100.0) == []
+    assert m.tick(100.0 + TRAFFIC_EVERY, last_heard=100.0) == [SampleTraffic()]
+    m.running = False  # a round: the tree is stopped
+    assert m.tick(100.0 + 3 * TRAFFIC_EVERY, last_heard=100.0) == []
 
 
 def test_auto_restart_makes_the_processes_die_with_their_agent():

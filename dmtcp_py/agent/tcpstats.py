@@ -1,0 +1,123 @@
+"""Byte counters of a tree's TCP connections, from NETLINK_SOCK_DIAG.
+
+One dump of the network namespace's established TCP sockets with
+INET_DIAG_INFO (struct tcp_info: tcpi_bytes_acked, tcpi_bytes_received,
+Linux 4.1+), kept for the inodes the tree holds.  The counters are totals
+since each connection began; the coordinator turns them into rates
+(coordinator/traffic.py).  A dump costs in proportion to the namespace's
+TCP sockets, so it is asked every few seconds, never at a checkpoint.
+Layouts: include/uapi/linux/{inet_diag,tcp}.h.
+"""
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import struct
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
+
+from dmtcp_py import procfs
+from dmtcp_py.agent.sockdiag import (NETLINK_SOCK_DIAG, NLM_F_REQUEST, SOCK_DIAG_BY_FAMILY,
+                                     _NLMSGHDR, _RTA, _align, _answers)
+
+NLM_F_DUMP = 0x300
+NLMSG_DONE = 3
+TCP_ESTABLISHED = 1
+INET_DIAG_INFO = 2
+# struct inet_diag_req_v2 {u8 family, protocol, ext, pad; u32 states;
+#   struct inet_diag_sockid {be16 sport, dport; be32 src[4], dst[4]; u32 if; u32 cookie[2]}}
+_REQ = struct.Struct("=BBBBI4x16s16sI8x")
+# struct inet_diag_msg {u8 family, state, timer, retrans; sockid; u32 expires,
+#   rqueue, wqueue, uid, inode}
+_MSG = struct.Struct("=BBBB2s2s16s16sI8xIIIII")
+# struct tcp_info: tcpi_bytes_acked and tcpi_bytes_received (u64) at 120, 128
+_BYTES = struct.Struct("=QQ")
+_BYTES_AT = 120
+
+
+class Flow(NamedTuple):
+    """One established TCP connection of the tree: its ends ("ip:port"),
+    and the bytes the peer acknowledged and the bytes received so far."""
+    local: str
+    peer: str
+    sent: int
+    received: int
+
+
+def _address(family: int, raw: bytes, port: bytes) -> str:
+    size = 4 if family == socket.AF_INET else 16
+    ip = ipaddress.ip_address(raw[:size])
+    if ip.version == 6 and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    return f"{ip}:{int.from_bytes(port, 'big')}"
+
+
+def _request(family: int) -> bytes:
+    body = _REQ.pack(family, socket.IPPROTO_TCP, 1 << (INET_DIAG_INFO - 1), 0,
+                     1 << TCP_ESTABLISHED, b"", b"", 0)
+    return _NLMSGHDR.pack(_NLMSGHDR.size + len(body), SOCK_DIAG_BY_FAMILY,
+                          NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + body
+
+
+def _info(attrs: memoryview) -> tuple[int, int] | None:
+    off = 0
+    while off + _RTA.size <= len(attrs):
+        length, kind = _RTA.unpack_from(attrs, off)
+        if length < _RTA.size or off + length > len(attrs):
+            break
+        if kind == INET_DIAG_INFO and length >= _RTA.size + _BYTES_AT + _BYTES.size:
+            return _BYTES.unpack_from(attrs, off + _RTA.size + _BYTES_AT)
+        off += _align(length)
+    return None
+
+
+def _dump(family: int) -> Iterator[tuple[int, Flow]]:
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
+                       NETLINK_SOCK_DIAG) as sock:
+        sock.bind((0, 0))
+        sock.settimeout(5.0)
+        sock.sendall(_request(family))
+        buf = bytearray(65536)
+        while True:
+            n = sock.recv_into(buf)
+            if n == 0:
+                return
+            for kind, _seq, payload in _answers(memoryview(buf)[:n]):
+                if kind == NLMSG_DONE:
+                    return
+                if kind != SOCK_DIAG_BY_FAMILY or len(payload) < _MSG.size:
+                    continue
+                fam, _st, _t, _r, sport, dport, src, dst, _if, _e, _rq, _wq, _uid, ino = \
+                    _MSG.unpack_from(payload)
+                counters = _info(payload[_MSG.size:])
+                if counters is None:
+                    continue
+                yield ino, Flow(_address(fam, src, sport), _address(fam, dst, dport), *counters)
+
+
+def socket_inodes(pids: Iterable[int]) -> set[int]:
+    """The socket inodes the processes hold (/proc/PID/fd)."""
+    found = set()
+    for pid, fd in procfs.fds(list(pids)):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            found.add(int(target[8:-1]))
+    return found
+
+
+def flows(pids: Iterable[int]) -> list[Flow]:
+    """The established TCP connections the processes hold, with their
+    counters (a connection shared by several processes once)."""
+    mine = socket_inodes(pids)
+    if not mine:
+        return []
+    out: dict[int, Flow] = {}
+    for family in (socket.AF_INET, socket.AF_INET6):
+        for ino, flow in _dump(family):
+            if ino in mine:
+                out[ino] = flow
+    return sorted(out.values())
