@@ -96,7 +96,8 @@ class BenchError(Exception):
 
 
 def fsync_all(directory: Path) -> None:
-    """fsync every file of a directory, as store.publish does."""
+    """fsync every file of a directory: the raw baseline of durable images
+    (publication makes ours durable with one syncfs, see integrity.seal)."""
     for entry in Path(directory).iterdir():
         if entry.is_file():
             fd = os.open(entry, os.O_RDONLY)
