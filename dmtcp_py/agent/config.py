@@ -20,3 +20,4 @@ class AgentConfig:
     image: Path | None = None           # restart
     manifest: Manifest | None = None
     compress: bool = False              # memory pages in zstd (images.compress)
+    lazy: bool = False                  # restart: memory pages on demand (criu lazy-pages)

@@ -10,6 +10,7 @@ import os
 import socket
 import struct
 import subprocess
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -265,16 +266,55 @@ def fix_files_image(images_dir: Path) -> int:
     return FilesImage(images_dir).fix()
 
 
+class LazyPages:
+    """`criu lazy-pages`: the memory of a tree restored lazily comes from
+    its page files through userfaultfd, a page when the program first
+    touches it, the rest pushed in the background; the daemon ends once
+    every page is in.  It listens in work_dir, which the restore must use
+    as its own (one directory per lazy restore: the socket's name is fixed)."""
+
+    SOCKET = "lazy-pages.socket"
+
+    def __init__(self, images_dir: Path, work_dir: Path) -> None:
+        try:
+            self.proc = subprocess.Popen(
+                [criu_binary(), "lazy-pages", "--images-dir", str(images_dir),
+                 "--work-dir", str(work_dir), "-o", "lazy-pages.log", "-v" + str(_log_level())],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                close_fds=True)
+        except OSError as exc:
+            raise CriuError(f"cannot run {criu_binary()}: {exc.strerror or exc}") from None
+        socket_path = work_dir / self.SOCKET
+        deadline = time.monotonic() + 10.0
+        while not socket_path.exists():  # restore must find it listening
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise _failure("lazy-pages", CriuError("it did not start"),
+                               work_dir / "lazy-pages.log")
+            time.sleep(0.002)
+
+    def stop(self) -> None:
+        """End it (the tree is gone, or the restore failed)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=10)
+        except (subprocess.TimeoutExpired, ChildProcessError):
+            pass
+
+
 def restore(images_dir: Path, log_path: Path, *, inherit: list[tuple[int, str]],
-            terminal: int | None = None) -> int:
+            terminal: int | None = None, lazy: bool = False) -> int:
     """Restore the tree as a child of this process (restore-sibling) and
     return the root's pid.  terminal: the fd a shell job's terminal is
-    inherited from (criu's stdin)."""
+    inherited from (criu's stdin).  lazy: memory from a LazyPages
+    listening in log_path's directory."""
     pycriu = _pycriu()
     session = _Session(images_dir, log_path, stdin=terminal,
                        pass_fds=tuple(fd for fd, _ in inherit))
     try:
         session.rpc.opts.rst_sibling = True
+        session.rpc.opts.lazy_pages = lazy
         for fd, key in inherit:
             session.rpc.opts.inherit_fd.add(fd=fd, key=key)
         return int(session.rpc.restore().pid)

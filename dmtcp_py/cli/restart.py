@@ -34,13 +34,17 @@ from dmtcp_py.images import integrity, manifest, shared_files, store
 @click.option("--allow-changed-files", is_flag=True,
               help="Restart even if a file the program maps read-only changed since the "
               "checkpoint (refused otherwise); the agent's log names each such file.")
+@click.option("--lazy", is_flag=True,
+              help="Run the program as soon as its processes are back; their memory comes in "
+                   "as it is touched and in the background (CRIU's lazy pages).  The pages "
+                   "are checked meanwhile: a damaged one kills the program.")
 @click.version_option(__version__, "--version")
 @click.option("--generation", type=click.IntRange(min=1), metavar="N",
               help="Restart generation N of each IMAGE: the image itself, or the one kept "
                    "beside it (IMAGE.gen-N) once a newer generation took its name.")
 @click.argument("images", nargs=-1, required=True, metavar="IMAGE...")
 def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, any_owner,
-        allow_changed_files, generation, images):
+        allow_changed_files, lazy, generation, images):
     """Restart the trees in the ckpt_*.dmtcp IMAGEs of one computation."""
     if (why := criu_access.problem()) is not None:
         raise UserError(f"cannot restore: {why}")
@@ -76,7 +80,7 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, any_owner,
         return AgentConfig(coord_host=coord_host, coord_port=port, token=token,
                            ckptdir=Path(ckptdir).resolve() if ckptdir else image.parent,
                            tree_id=m.tree_id, program=m.program, argv=m.argv,
-                           image=image, manifest=m, compress=gzip)
+                           image=image, manifest=m, compress=gzip, lazy=lazy)
 
     if len(loaded) == 1:
         return _agent(config(*loaded[0]))

@@ -24,7 +24,7 @@ _TEMPLATE = """#!/bin/bash
 #
 # usage: {name} [-h|--coord-host HOST] [-p|--coord-port PORT]
 #               [--map OLD_HOST=NEW_HOST]... [--lost HOST]...
-#               [other dmtcp_restart options]
+#               [--lazy] [other dmtcp_restart options]
 #
 # Trees are restarted on the host they ran on unless --map moves them; a host
 # other than this one is reached with ssh (the computation's token goes

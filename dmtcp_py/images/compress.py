@@ -73,6 +73,11 @@ def _decompress(src: Path, target: Path) -> None:
         raise ImageError(f"{src} is corrupt: {exc}") from None
 
 
+def is_packed(directory: Path) -> bool:
+    """The image's memory pages are compressed."""
+    return any(directory.glob(f"pages-*.img{SUFFIX}"))
+
+
 @contextmanager
 def readable(directory: Path) -> Iterator[Path]:
     """A directory CRIU can restore from: the image itself, or a view of it
