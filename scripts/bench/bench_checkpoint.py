@@ -343,8 +343,8 @@ def launch(ws: Workspace, program: Path, size_mib: int, ckptdir: Path) -> Comput
     return comp
 
 
-def restart(ws: Workspace, image: Path) -> Computation:
-    return start_ours(ws, ["dmtcp-restart", str(image)], ws.base / "restart.out",
+def restart(ws: Workspace, image: Path, *options: str) -> Computation:
+    return start_ours(ws, ["dmtcp-restart", *options, str(image)], ws.base / "restart.out",
                       "the restored program")
 
 
@@ -469,6 +469,16 @@ def restart_ours(ws: Workspace, image: Path, samples: Samples, warm_mib: int) ->
     return comp
 
 
+def restart_lazy(ws: Workspace, image: Path, samples: Samples, warm_mib: int) -> None:
+    """dmtcp-restart --lazy until the program runs under control (its pages
+    then come in as it touches them)."""
+    settle(warm_mib)
+    wall, comp = timed(restart, ws, image, "--lazy")
+    samples.add("restart_lazy", wall)
+    progress(f"  ours: restart --lazy {wall:.3f} s")
+    stop(comp)
+
+
 def restore_raw(ws: Workspace, images: Path, samples: Samples, warm_mib: int) -> psutil.Process:
     settle(warm_mib)
     seconds, pid = timed(raw_restore, images)
@@ -517,6 +527,7 @@ def one_round(ws: Workspace, program: Path, size_mib: int, ours_first: bool,
                               lambda: restore_raw(ws, images, samples, warm))
     stop(comp)
     _kill(restored)
+    restart_lazy(ws, image, samples, warm)
     measure_dd(ws, size_mib, samples)
     _remove(ckptdir)
     _remove(images)
@@ -540,6 +551,7 @@ ROWS = (
     ("cli", "    ours: dmtcp-command -s, wall (CLI start-up)"),
     ("restart", "(b) ours: dmtcp-restart until under control"),
     ("restart_criu", "    ours: CRIU restore_time (stats-restore)"),
+    ("restart_lazy", "(b) ours: dmtcp-restart --lazy until under control"),
     ("raw_dump", "(c) raw: criu dump --leave-running"),
     ("raw_dump_fsync", "    raw: criu dump + fsync of every image file"),
     ("raw_frozen", "    raw: CRIU frozen_time (stats-dump)"),

@@ -63,8 +63,12 @@ COMPRESS_MIB = 256
 # seconds: the first five sections take about 9.5 minutes, the many-tree
 # section (1..64 trees, 3 runs) about 3.5 more
 BUDGET = 840
-CKPT_TARGET = Target(bc.TARGET_FACTOR, bc.TARGET_SLACK, "≤ 1.1x + 0.1 s")
-RESTART_TARGET = Target(1.1, 0.2, "≤ 1.1x + 0.2 s")
+# issue 17's targets: a checkpoint until durable within 1.1x raw dump + fsync
+# + 0.05 s, a restart within 1.1x raw restore + 0.1 s, a lazy one of 4 GiB
+# running again within 0.3 s
+CKPT_TARGET = Target(1.1, 0.05, "≤ 1.1x + 0.05 s")
+RESTART_TARGET = Target(1.1, 0.1, "≤ 1.1x + 0.1 s")
+LAZY_TARGET = Target(0.0, 0.3, "≤ 0.3 s")
 
 
 class Workspace(bench_stop.Workspace):
@@ -93,6 +97,8 @@ def sizes(ws: bc.Workspace, runs: int) -> list[Row]:
                 "dd conv=fdatasync", "s"),
             Row(section, f"{what}: restart", s["restart"], s["raw_restore"],
                 "criu restore", "s", RESTART_TARGET),
+            Row(section, f"{what}: restart --lazy", s["restart_lazy"], s["raw_restore"],
+                "criu restore", "s", LAZY_TARGET if size >= 4096 else None),
         ]
     return rows
 
