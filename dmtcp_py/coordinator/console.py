@@ -4,10 +4,12 @@ from __future__ import annotations
 import math
 import time
 
+from dmtcp_py import graph_view
 from dmtcp_py.listing import proc_lines, status_lines
 
 HELP = """Commands:
   l : list the connected trees (host, pid, program, state)
+  g : who talks to whom (bytes per second between trees, groups)
   s : status
   c : checkpoint now
   i N : checkpoint every N seconds (0 disables)
@@ -42,6 +44,8 @@ def handle(line: str, server) -> str | None:
             out += proc_lines(r["procs"])
             out += [f"    outside: {c}" for c in r.get("external", [])]
         return "\n".join(out)
+    if cmd == "g":
+        return "\n".join(graph_view.lines(m.graph(now)))
     if cmd == "c":
         server.apply(m.request_checkpoint(None, now))
         return None
