@@ -11,6 +11,7 @@ newest complete generation onto this allocation's nodes
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import secrets
 import shlex
@@ -33,6 +34,8 @@ from dmtcp_py.slurm import job, nodes
 SCRIPT = "dmtcp_restart_script.sh"
 POLL = 0.2  # seconds between looks at the program's exit file
 START_NOW_WAIT = 120.0  # for a requeued job to be pending
+START_NOW_DELAY = 2     # seconds from then until it may start
+RETRY = 1.0             # seconds before a failed checkpoint is tried again
 
 
 def _say(text: str) -> None:
@@ -130,6 +133,9 @@ class Run:
         self.machine = job.JobMachine(requeues, max_requeues)
         self.port = 0
         self.pending: list[tuple[str, int]] = []
+        self.later: list[tuple[float, str, int]] = []  # (when, name, signum)
+        self.expected_trees = 0  # a restart's: every image's tree back
+        self.ready = False       # the computation runs: signals can be acted on
 
     # --- the coordinator ---
 
@@ -166,7 +172,9 @@ class Run:
             _say(f"job {self.job_id}: launching on {self.host} (coordinator {self.addr}:{self.port})")
         else:
             here = allocation_nodes(os.environ.get("SLURM_JOB_NODELIST", self.host))
-            old = nodes.hosts_in_script(script.read_text())
+            text = script.read_text()
+            old = nodes.hosts_in_script(text)
+            self.expected_trees = nodes.images_in_script(text)
             mapping = nodes.place(old, old_head, here, self.host)
             moves = nodes.map_options(mapping)
             argv = [str(script), "-h", self.addr, "-p", str(self.port), *moves]
@@ -190,6 +198,24 @@ class Run:
         return exit_file
 
     # --- the loop ---
+
+    def is_ready(self) -> bool:
+        """The computation runs (a restart has every tree back): before, a
+        checkpoint would fail or miss trees."""
+        if not self.ready:
+            res = subprocess.run([tool("dmtcp-command"), "-h", self.addr, "-p", str(self.port),
+                                  "-l", "--json"], env=self.env, stdin=subprocess.DEVNULL,
+                                 capture_output=True, text=True)
+            status = subprocess.run([tool("dmtcp-command"), "-h", self.addr, "-p", str(self.port),
+                                     "-s", "--json"], env=self.env, stdin=subprocess.DEVNULL,
+                                    capture_output=True, text=True)
+            try:
+                trees = len(json.loads(res.stdout)["trees"])
+                running = json.loads(status.stdout)["running"]
+            except (ValueError, KeyError, TypeError):
+                return False
+            self.ready = bool(running) and trees > 0 and trees >= self.expected_trees
+        return self.ready
 
     def on_signal(self, signum: int, _frame) -> None:
         self.pending.append((signal.Signals(signum).name, signum))
@@ -217,13 +243,20 @@ class Run:
                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL)
                 actions += self.machine.requeued(res.returncode == 0, res.stderr.strip())
+            elif isinstance(action, job.RetryLater):
+                self.ready = False
+                self.later.append((time.monotonic() + RETRY, action.signal,
+                                   int(getattr(signal, action.signal))))
             elif isinstance(action, job.Exit):
                 return action.status
         return None
 
     def loop(self, requeue_sigs: list[int], ckpt_sigs: list[int], exit_file: Path) -> int:
         while True:
-            while self.pending:
+            now = time.monotonic()
+            self.pending += [(n, s) for when, n, s in self.later if when <= now]
+            self.later = [x for x in self.later if x[0] > now]
+            while self.pending and not exit_file.exists() and self.is_ready():
                 name, signum = self.pending.pop(0)
                 if signum in requeue_sigs:
                     actions = self.machine.requeue_signal(name)
@@ -307,6 +340,10 @@ def start_now_cmd(job_id):
         if res.returncode != 0:
             return 1
         if " JobState=PENDING " in f" {res.stdout} ":
+            # not at once: a node refuses a run of the job whose credential it
+            # revoked in the same second ("Job credential revoked"); a start
+            # time in the future would wait for the scheduler's next pass
+            time.sleep(START_NOW_DELAY)
             subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"],
                            capture_output=True, stdin=subprocess.DEVNULL)
             return 0

@@ -32,7 +32,15 @@ class Exit:
     status: int
 
 
-Action = Say | Checkpoint | Requeue | Exit
+@dataclass(frozen=True)
+class RetryLater:
+    """Give the signal again in a moment (the computation was not ready)."""
+    signal: str
+
+
+Action = Say | Checkpoint | Requeue | Exit | RetryLater
+
+MAX_TRIES = 30  # checkpoints tried for one requeue signal
 
 REQUEUED = 0  # our exit status once the job is requeued (Slurm ends the run anyway)
 REQUEUE_FAILED = 75  # EX_TEMPFAIL: checkpointed and stopped, but not requeued
@@ -50,6 +58,8 @@ class JobMachine:
         self.busy = False                 # a checkpoint is under way
         self.stopping = False             # stopped for a requeue: nothing more to do
         self.done = False
+        self.tries = 0
+        self.signal = ""
 
     def requeue_signal(self, name: str) -> list[Action]:
         if self.done or self.stopping or self.busy:
@@ -59,7 +69,11 @@ class JobMachine:
             return [Say(f"{name}: the job was requeued {self.requeues} times, the most "
                         f"allowed (--max-requeues): checkpoint only"), Checkpoint(stop=False)]
         self.busy = self.stopping = True
-        return [Say(f"{name}: checkpoint, then requeue"), Checkpoint(stop=True)]
+        self.signal = name
+        self.tries += 1
+        text = f"{name}: checkpoint, then requeue"
+        return [Say(text if self.tries == 1 else f"{text} (try {self.tries})"),
+                Checkpoint(stop=True)]
 
     def checkpoint_signal(self, name: str) -> list[Action]:
         if self.done or self.stopping or self.busy:
@@ -73,9 +87,14 @@ class JobMachine:
             return [] if ok else [Say(f"the checkpoint failed: {detail}".rstrip(": "))]
         if ok:
             return [Requeue()]
-        # the program still runs (a failed -kc leaves it running): go on
+        # the program still runs (a failed -kc leaves it running): try
+        # again in a moment, a few times (a restart may still be under way)
         self.stopping = False
-        return [Say(f"the checkpoint failed, the job is not requeued: {detail}".rstrip(": "))]
+        if self.tries < MAX_TRIES:
+            return [Say(f"the checkpoint failed, trying again: {detail}".rstrip(": ")),
+                    RetryLater(self.signal)]
+        return [Say(f"the checkpoint failed {self.tries} times, the job is not requeued: "
+                    f"{detail}".rstrip(": "))]
 
     def requeued(self, ok: bool, detail: str = "") -> list[Action]:
         if ok:

@@ -27,6 +27,18 @@ def hosts_in_script(text: str) -> list[str]:
     return hosts
 
 
+def images_in_script(text: str) -> int:
+    """How many images (trees) the restart script restarts."""
+    count = 0
+    for line in text.splitlines():
+        if line.startswith("restart_on "):
+            try:
+                count += max(0, len(shlex.split(line.rstrip(" &"))) - 2)
+            except ValueError:
+                pass
+    return count
+
+
 def place(old_hosts: list[str], old_head: str | None, new_nodes: list[str],
           new_head: str) -> dict[str, str]:
     """old host -> new node, for every old host."""

@@ -103,6 +103,7 @@ restart_on h2 /ck/ckpt_python3_2.dmtcp /ck/ckpt_x_3.dmtcp &
 def test_hosts_in_script():
     assert nodes.hosts_in_script(SCRIPT) == ["h1", "h2"]
     assert nodes.hosts_in_script("restart_on 'h 1' /a\n") == ["h 1"]
+    assert nodes.images_in_script(SCRIPT) == 3
 
 
 def test_same_nodes_stay():
@@ -156,12 +157,22 @@ def test_requeue_signal_checkpoints_stops_and_requeues():
     assert m.requeue_signal("SIGTERM") == []
 
 
-def test_a_failed_checkpoint_does_not_requeue():
+def test_a_failed_checkpoint_does_not_requeue_and_is_tried_again():
     m = job.JobMachine(requeues=0, max_requeues=5)
     m.requeue_signal("SIGUSR1")
     acts = m.checkpointed(False, "no trees")
     assert all(not isinstance(a, job.Requeue) for a in acts)
-    assert "no trees" in acts[0].text
+    assert "no trees" in acts[0].text and acts[-1] == job.RetryLater("SIGUSR1")
+    assert "(try 2)" in m.requeue_signal("SIGUSR1")[0].text
+    assert m.checkpointed(True) == [job.Requeue()]
+
+
+def test_tries_are_limited():
+    m = job.JobMachine(requeues=0, max_requeues=5)
+    for _ in range(job.MAX_TRIES):
+        m.requeue_signal("SIGUSR1")
+        acts = m.checkpointed(False)
+    assert not any(isinstance(a, job.RetryLater) for a in acts)
     assert m.program_exited(3)[-1] == job.Exit(3)
 
 
