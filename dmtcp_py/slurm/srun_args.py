@@ -83,8 +83,11 @@ def parse(args: list[str]) -> SrunCall | None:
                 letter = arg[j]
                 if letter in _SHORT_NOT_A_LAUNCH:
                     return None
-                if letter == "K":
-                    kill = True
+                if letter == "K":  # -K, or -K0 / -K1 (its optional argument)
+                    rest = arg[j + 1:]
+                    kill = rest != "0"
+                    if rest.isdigit():
+                        break
                 if letter in _SHORT_WITH_ARG:
                     if j + 1 == len(arg):
                         if i + 1 >= len(args):

@@ -58,6 +58,8 @@ def test_kill_on_bad_exit_forms():
     assert parse(["-K", "a"]).kill_on_bad_exit
     assert parse(["--kill-on-bad-exit=1", "a"]).kill_on_bad_exit
     assert not parse(["--kill-on-bad-exit=0", "a"]).kill_on_bad_exit
+    assert not parse(["-K0", "a"]).kill_on_bad_exit
+    assert parse(["-K1", "-N2", "a"]).kill_on_bad_exit
 
 
 def test_missing_argument_is_an_error():
