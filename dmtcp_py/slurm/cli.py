@@ -240,8 +240,8 @@ class Run:
                     # now, once it is pending (this run is ended before)
                     setsid = shutil.which("setsid") or "/usr/bin/setsid"
                     subprocess.run([setsid, "-f", tool("dmtcp-slurm"), "start-now", self.job_id],
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL)
+                                   env=self.env, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 actions += self.machine.requeued(res.returncode == 0, res.stderr.strip())
             elif isinstance(action, job.RetryLater):
                 self.ready = False
@@ -339,7 +339,11 @@ def start_now_cmd(job_id):
                              text=True, stdin=subprocess.DEVNULL)
         if res.returncode != 0:
             return 1
-        if " JobState=PENDING " in f" {res.stdout} ":
+        state = next((f[9:] for f in res.stdout.split() if f.startswith("JobState=")), "")
+        if state not in ("PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "COMPLETING",
+                         "RUNNING", "CONFIGURING", "SIGNALING", "STAGE_OUT"):
+            return 1  # ended otherwise (cancelled...)
+        if state == "PENDING":
             # not at once: a node refuses a run of the job whose credential it
             # revoked in the same second ("Job credential revoked"); a start
             # time in the future would wait for the scheduler's next pass
