@@ -232,16 +232,17 @@ class Run:
                 actions += self.machine.checkpointed(ok, detail)
             elif isinstance(action, job.Requeue):
                 (self.state / "requeues").write_text(f"{self.machine.requeues + 1}\n")
-                res = subprocess.run(["scontrol", "requeue", self.job_id], capture_output=True,
-                                     text=True, stdin=subprocess.DEVNULL)
-                if res.returncode == 0 and not self.keep_delay:
+                if not self.keep_delay:
                     # Slurm holds a requeued job back for about two minutes;
-                    # its nodes have nothing left to clean up: start again
-                    # now, once it is pending (this run is ended before)
+                    # its nodes have nothing left to clean up: a helper lets
+                    # it start once it is pending.  Started first, detached:
+                    # Slurm signals the job's processes as soon as it requeues
                     setsid = shutil.which("setsid") or "/usr/bin/setsid"
                     subprocess.run([setsid, "-f", tool("dmtcp-slurm"), "start-now", self.job_id],
                                    env=self.env, stdin=subprocess.DEVNULL,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                res = subprocess.run(["scontrol", "requeue", self.job_id], capture_output=True,
+                                     text=True, stdin=subprocess.DEVNULL)
                 actions += self.machine.requeued(res.returncode == 0, res.stderr.strip())
             elif isinstance(action, job.RetryLater):
                 self.ready = False
@@ -333,6 +334,8 @@ def run_cmd(state_dir, requeue_signals, ckpt_signals, max_requeues, interval, li
 @click.argument("job_id")
 def start_now_cmd(job_id):
     """Once requeued JOB_ID is pending again, let it start at once."""
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)  # what Slurm sends the job's processes
     for _ in range(int(START_NOW_WAIT / POLL)):
         time.sleep(POLL)
         res = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True,
