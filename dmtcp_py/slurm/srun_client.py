@@ -23,7 +23,7 @@ from dmtcp_py import paths
 from dmtcp_py.slurm import srun_args
 from dmtcp_py.slurm.task import HELLO
 from dmtcp_py.ssh import frames
-from dmtcp_py.ssh.client import _accept, _listen, _write_all
+from dmtcp_py.ssh.client import _accept, _listen as _listen_any, _write_all
 
 ACCEPT_TIMEOUT = 60.0
 DIRECT = "DMTCP_SRUN_DIRECT"  # the shim leaves an srun with this alone
@@ -33,6 +33,19 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
 
 def _say(text: str) -> None:
     os.write(2, f"dmtcp-srun: {text}\n".encode())
+
+
+def _listen() -> socket.socket:
+    """IPv4, as the tasks call back (SLURM_LAUNCH_NODE_IPADDR): a dual-stack
+    socket would make the two ends of a connection of different families,
+    which a restart cannot connect again when both are on one host."""
+    try:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("0.0.0.0", 0))
+        sock.listen(64)
+        return sock
+    except OSError:
+        return _listen_any()
 
 
 class Step:
