@@ -61,24 +61,30 @@ def cluster():
         assert res.returncode == 0, res.stderr
 
 
-@pytest.fixture(scope="module")
-def mpi_chain(tmp_path_factory):
-    out = tmp_path_factory.mktemp("mpi_chain") / "mpi_chain"
-    subprocess.run(["mpicc.openmpi", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(out),
+def _build(cc: str, out: Path) -> Path:
+    subprocess.run([cc, "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(out),
                     str(EXAMPLE.parent / "mpi_chain.c")], check=True)
     return out
+
+
+@pytest.fixture(scope="module")
+def mpi_chain(tmp_path_factory):
+    return _build("mpicc.openmpi", tmp_path_factory.mktemp("mpi_chain") / "mpi_chain")
 
 
 class Job:
     """One submission of the example, its files under tmp_path; removes
     every process it made (by the job directory in their environment)."""
 
-    def __init__(self, tmp_path: Path, exe: Path, steps: int, ms: int, *sbatch: str) -> None:
+    def __init__(self, tmp_path: Path, exe: Path, steps: int, ms: int, *sbatch: str,
+                 mpirun: str | None = None) -> None:
         self.dir = tmp_path / "job"
         self.out = tmp_path / "job.out"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "DMTCP_"))}
         self.env.update(SLURM_CONF=str(CONF), MPI_CHAIN_EXE=str(exe), MPI_CHAIN_STEPS=str(steps),
                         MPI_CHAIN_MS=str(ms), DMTCP_JOB_DIR=str(self.dir))
+        if mpirun:
+            self.env["MPIRUN"] = mpirun
         res = self.slurm("sbatch", "--parsable", f"--output={self.out}", *sbatch, str(EXAMPLE))
         self.id = res.stdout.strip().split(";")[0]
 
@@ -137,8 +143,9 @@ class Job:
 def job(cluster, mpi_chain, tmp_path):
     made: list[Job] = []
 
-    def submit(steps: int, ms: int, *sbatch: str) -> Job:
-        made.append(Job(tmp_path, mpi_chain, steps, ms, *sbatch))
+    def submit(steps: int, ms: int, *sbatch: str, exe: Path | None = None,
+               mpirun: str | None = None) -> Job:
+        made.append(Job(tmp_path, exe or mpi_chain, steps, ms, *sbatch, mpirun=mpirun))
         return made[-1]
 
     try:
@@ -212,6 +219,20 @@ def test_drained_node_is_replaced(job):
     assert f"trees of {drained} restart on {spare}" in text, text[-2000:]
     assert f"rank 1 of 2 on {drained}" in text
     assert "SIGTERM: checkpoint, then requeue" in text
+    _result_ok(text)
+
+
+def test_mpich_job_is_requeued(job, tmp_path):
+    # hydra starts a proxy on every node, the job script's own too, with
+    # srun; the test nodes have no name service: -iface
+    exe = _build("mpicc.mpich", tmp_path / "mpi_chain_mpich")
+    j = job(300, 100, "--time=10", exe=exe, mpirun="mpirun.mpich -iface eth0")
+    j.wait_for("step 50", lambda: j.step_seen() >= 50)
+    j.signal("USR1")
+    shown = j.wait_ended()
+    text = j.text()
+    assert shown["JobState"] == "COMPLETED" and shown["Restarts"] == "1", text[-2000:]
+    assert re.search(r"checkpoint 1 done: 3 trees", text), text[-2000:]
     _result_ok(text)
 
 
