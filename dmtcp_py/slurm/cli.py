@@ -323,6 +323,10 @@ def run_cmd(state_dir, requeue_signals, ckpt_signals, max_requeues, interval, li
     state = Path(state_dir) if state_dir else Path(base) / f"dmtcp-slurm-{job_id or 'nojob'}"
     runner = Run(state.resolve(), list(command), listen, interval, max_requeues,
                  keep_requeue_delay)
+    task_pid = os.environ.get("SLURM_TASK_PID", "")
+    if task_pid.isdigit() and int(task_pid) != os.getpid():
+        _say("warning: not the job script itself (start it with exec): a signal "
+             "Slurm sends the batch shell only (--signal=B:...) will not reach it")
     for signum in requeue + ckpt:
         signal.signal(signum, runner.on_signal)
     runner.start_coordinator()
