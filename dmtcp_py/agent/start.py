@@ -37,6 +37,8 @@ def launch(cfg: AgentConfig, tree: Tree, agent_address: str) -> None:
     # `ssh HOST CMD` from the tree: the shim runs this instead (dmtcp_py.ssh),
     # which starts CMD on HOST under this computation with the token
     env["DMTCP_SSH_WRAPPER"] = tool("dmtcp-ssh")
+    # and `srun ... CMD` runs as dmtcp-srun (dmtcp_py.slurm), likewise
+    env["DMTCP_SRUN_WRAPPER"] = tool("dmtcp-srun")
     # `import dmtcp` for Python programs (hijack/python/dmtcp.py), after theirs
     api_dir = str(shim_library().parent.parent / "python")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), api_dir) if p)

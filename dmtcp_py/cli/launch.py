@@ -18,7 +18,7 @@ from dmtcp_py.cli.common import (coordinator_choice_options, ensure_coordinator,
                                  gzip_option)
 from dmtcp_py.client import resolve_token
 from dmtcp_py.errors import UserError
-from dmtcp_py.paths import shim_library, tree_init
+from dmtcp_py.paths import shim_library, tool, tree_init
 
 
 class ProgramNotFound(UserError):
@@ -58,6 +58,10 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, interval, gzip, 
     Exits with PROGRAM's exit status.
     """
     path = resolve_program(program)
+    argv = [program, *args]
+    if os.path.basename(path) == "srun" and not os.environ.get("DMTCP_SRUN_DIRECT"):
+        # the tree's init execs without the shim: take srun over here
+        argv, path = ["dmtcp-srun", path, *args], tool("dmtcp-srun")
     for part in (shim_library(), tree_init()):
         if not part.exists():
             raise UserError(f"{part} is not built (run `make setup`)")
@@ -71,7 +75,7 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, interval, gzip, 
     logs.setup(f"agent-{tree_id}")
     cfg = AgentConfig(coord_host=coord_host, coord_port=port, token=resolve_token(port),
                       ckptdir=Path(chosen).resolve() if chosen else None, tree_id=tree_id, program=os.path.basename(program),
-                      argv=[program, *args], path=path, compress=gzip)
+                      argv=argv, path=path, compress=gzip)
     return exit_code(asyncio.run(Agent(cfg).run()))
 
 

@@ -27,8 +27,9 @@ _TEMPLATE = """#!/bin/bash
 #               [--lazy] [other dmtcp_restart options]
 #
 # Trees are restarted on the host they ran on unless --map moves them; a host
-# other than this one is reached with ssh (the computation's token goes
-# along: DMTCP_COORD_TOKEN, else this host's token file).  A moved tree's
+# other than this one is reached with ssh, or the command in DMTCP_RSH (same
+# arguments; dmtcp-slurm sets it inside a Slurm job), and the computation's
+# token goes along: DMTCP_COORD_TOKEN, else this host's token file.  A moved tree's
 # image is copied to its new host from its old one, or else from a replica
 # (--replicas); --lost HOST: never try to copy from HOST.  Defaults come from
 # DMTCP_COORD_HOST and DMTCP_COORD_PORT, then from the checkpointing run.
@@ -38,6 +39,7 @@ coord_port=${{DMTCP_COORD_PORT:-{coord_port}}}
 dmtcp_restart=${{DMTCP_RESTART:-{dmtcp_restart}}}
 dmtcp_image=${{DMTCP_IMAGE:-{dmtcp_image}}}
 declare -A hostmap=() lost=() copies=()
+read -r -a rsh <<<"${{DMTCP_RSH:-ssh}}"
 extra=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -45,7 +47,7 @@ while [ $# -gt 0 ]; do
         -p|--coord-port) coord_port=$2; shift 2 ;;
         --map) hostmap[${{2%%=*}}]=${{2#*=}}; shift 2 ;;
         --lost) lost[$2]=1; shift 2 ;;
-        --help) sed -n '2,12p' "$0"; exit 0 ;;
+        --help) sed -n '2,13p' "$0"; exit 0 ;;
         *) extra+=("$1"); shift ;;
     esac
 done
@@ -59,7 +61,7 @@ on() {{  # on HOST COMMAND...: here, or over ssh
     if [ "$host" = "$(hostname)" ] || [ "$host" = localhost ]; then
         "$@"
     else
-        ssh -o ConnectTimeout=10 "$host" "$(printf '%q ' "$@")"
+        "${{rsh[@]}}" -o ConnectTimeout=10 "$host" "$(printf '%q ' "$@")"
     fi
 }}
 
@@ -103,7 +105,7 @@ restart_on() {{  # restart_on OLD_HOST IMAGE...
             --generation {generation} "${{extra[@]}}" "$@"
     else
         # ssh hands the remote shell one line: quote every word for it
-        ssh "$new" "$(printf '%q ' env "DMTCP_COORD_TOKEN=$token" \\
+        "${{rsh[@]}}" "$new" "$(printf '%q ' env "DMTCP_COORD_TOKEN=$token" \\
             ${{DMTCP_TMPDIR:+"DMTCP_TMPDIR=$DMTCP_TMPDIR"}} "$dmtcp_restart" --join \\
             --coord-host "$coord_host" --coord-port "$coord_port" --generation {generation} \\
             "${{extra[@]}}" "$@")"

@@ -23,16 +23,17 @@
 extern char **environ;
 
 /* NAME=value of each variable to keep, captured at start-up. */
-#define KEPT 10
+#define KEPT 12
 static char kept[KEPT][1024];
 static int n_kept;
 static char preload_value[1024]; /* our library's path */
 static char ssh_wrapper[1024];   /* dmtcp-ssh, or empty */
+static char srun_wrapper[1024];  /* dmtcp-srun, or empty */
 
 static const char *const kept_names[] = {
     DMTCP_ENV_AGENT_SOCK, DMTCP_ENV_SIGCKPT, "DMTCP_COORD_HOST", "DMTCP_COORD_PORT",
     "DMTCP_CHECKPOINT_DIR", "DMTCP_TMPDIR", "DMTCP_LOG_LEVEL", "DMTCP_COORD_TOKEN",
-    "DMTCP_SSH_WRAPPER",
+    "DMTCP_SSH_WRAPPER", "DMTCP_SRUN_WRAPPER",
 };
 
 void exec_env_capture(void)
@@ -49,6 +50,8 @@ void exec_env_capture(void)
         snprintf(preload_value, sizeof(preload_value), "%s", info.dli_fname);
     if (getenv("DMTCP_SSH_WRAPPER"))
         snprintf(ssh_wrapper, sizeof(ssh_wrapper), "%s", getenv("DMTCP_SSH_WRAPPER"));
+    if (getenv("DMTCP_SRUN_WRAPPER"))
+        snprintf(srun_wrapper, sizeof(srun_wrapper), "%s", getenv("DMTCP_SRUN_WRAPPER"));
 }
 
 static int name_is(const char *entry, const char *name_eq, size_t len)
@@ -102,18 +105,31 @@ static char **reassert(char *const *envp, char **out, char *preload_buf, size_t 
     return out;
 }
 
-/* dmtcp-ssh when path (or a name looked up in PATH) is an ssh to take over */
-static const char *ssh_wrapper_for(const char *path, char *const *envp)
+/* set to a non-empty value in envp */
+static int env_set(char *const *envp, const char *name_eq, size_t len)
+{
+    for (size_t i = 0; envp && envp[i]; i++)
+        if (name_is(envp[i], name_eq, len) && envp[i][len] != '\0')
+            return 1;
+    return 0;
+}
+
+/*
+ * The wrapper to run instead when path (or a name looked up in PATH) is a
+ * command to take over: dmtcp-ssh for ssh, dmtcp-srun for Slurm's srun;
+ * NULL for anything else, or when the caller is that wrapper itself
+ * (DMTCP_SSH_DIRECT / DMTCP_SRUN_DIRECT set).
+ */
+static const char *wrapper_for(const char *path, char *const *envp)
 {
     const char *base = strrchr(path, '/');
 
     base = base ? base + 1 : path;
-    if (!ssh_wrapper[0] || strcmp(base, "ssh") != 0)
-        return NULL;
-    for (size_t i = 0; envp && envp[i]; i++)
-        if (name_is(envp[i], "DMTCP_SSH_DIRECT=", 17))
-            return NULL;
-    return ssh_wrapper;
+    if (ssh_wrapper[0] && strcmp(base, "ssh") == 0)
+        return env_set(envp, "DMTCP_SSH_DIRECT=", 17) ? NULL : ssh_wrapper;
+    if (srun_wrapper[0] && strcmp(base, "srun") == 0)
+        return env_set(envp, "DMTCP_SRUN_DIRECT=", 18) ? NULL : srun_wrapper;
+    return NULL;
 }
 
 /* newargv: wrapper, the ssh asked for, then its arguments (argv[1] on) */
@@ -132,8 +148,8 @@ static const char *ssh_wrapper_for(const char *path, char *const *envp)
     char **newenv = reassert(envp, newenv##_arr, newenv##_pre, sizeof(newenv##_pre))
 
 /*
- * What every exec and spawn does: our environment back in, and an ssh to
- * take over runs as dmtcp-ssh (by its path, hence always real_execve or
+ * What every exec and spawn does: our environment back in, and an ssh or
+ * srun to take over runs as its wrapper (by its path, hence always real_execve or
  * real_posix_spawn); anything else goes to the real call asked for (file:
  * a path, or a name for the PATH-searching forms).
  */
@@ -143,7 +159,7 @@ typedef int (*spawn_fn)(pid_t *pid, const char *file, const posix_spawn_file_act
 
 static int exec_in_tree(exec_fn real, const char *file, char *const argv[], char *const envp[])
 {
-    const char *wrapper = ssh_wrapper_for(file, envp);
+    const char *wrapper = wrapper_for(file, envp);
     WITH_ENV(envp, env);
     if (wrapper) {
         WITH_SSH_ARGV(wrapper, file, argv, wargv);
@@ -156,7 +172,7 @@ static int spawn_in_tree(spawn_fn real, pid_t *pid, const char *file,
                          const posix_spawn_file_actions_t *fa, const posix_spawnattr_t *attr,
                          char *const argv[], char *const envp[])
 {
-    const char *wrapper = ssh_wrapper_for(file, envp);
+    const char *wrapper = wrapper_for(file, envp);
     WITH_ENV(envp, env);
     if (wrapper) {
         WITH_SSH_ARGV(wrapper, file, argv, wargv);

@@ -187,7 +187,7 @@ def _mount_storage(host: TestHost) -> None:
 class TestHost:
     """One host: a network namespace with eth0 on the network's bridge, a
     UTS namespace with the host's name, and a mount namespace with a
-    /dev/shm of its own and, if the network has storage, a private tmpfs
+    /dev/shm and pseudo-terminals (/dev/pts, /dev/ptmx) of its own and, if the network has storage, a private tmpfs
     at that path (the rest of the file system is the machine's)."""
 
     __test__ = False  # not a pytest test class despite the name
@@ -395,6 +395,14 @@ class TestNetwork:
         undo.append(lambda: _umount(host.mnt))
         _cmd("unshare", f"--mount={host.mnt}", "--propagation", "slave",
              "mount", "-t", "tmpfs", "-o", "mode=1777,size=2g", "dmtcp-test-shm", "/dev/shm")
+        # pseudo-terminals of its own too: CRIU restores a pty under its old
+        # number, and two hosts restoring at once on one devpts instance
+        # take each other's numbers ("Unable to open dev/ptmx with specified
+        # index"); no undo: they go with the mount namespace
+        _cmd("nsenter", f"--mount={host.mnt}", "--", "mount", "-t", "devpts", "-o",
+             "newinstance,ptmxmode=0666,mode=620,gid=5", "dmtcp-test-pts", "/dev/pts")
+        _cmd("nsenter", f"--mount={host.mnt}", "--", "mount", "--bind", "/dev/pts/ptmx",
+             "/dev/ptmx")
         if host.storage is not None:
             # no undo of its own: it goes with the mount namespace
             _mount_storage(host)
