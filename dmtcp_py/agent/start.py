@@ -5,22 +5,40 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
+from pathlib import Path
 
-from dmtcp_py import fault_injection
+from dmtcp_py import fault_injection, procfs
 from dmtcp_py.agent import criu_driver, stdio
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.network import Network
 from dmtcp_py.agent.tree import Tree
 from dmtcp_py.errors import UserError
 from dmtcp_py.images import compress, shared_files, temp_files, written_files
-from dmtcp_py.paths import run_dir, shim_library, tool, tree_init
+from dmtcp_py.images.manifest import Manifest
+from dmtcp_py.paths import run_dir, shim_library, tool, tree_init, unprivileged
 from dmtcp_py.protocol.states import State
 
 log = logging.getLogger("agent")
+# CRIU's words when a pid it must give is in use
+_CRIU_PID_TAKEN = re.compile(r"Can't fork for (\d+): File exists")
 
 
 class CannotExecute(UserError):
     exit_code = 126  # as a shell says it
+
+
+def wants_pid_namespace() -> bool:
+    """Whether the tree gets a PID namespace of its own (as root: a user
+    who is not root may not make one, and the tree runs without).  Its
+    pids are then its own: a restart never meets them taken, and two
+    copies of one checkpoint run side by side.  Not for a program on a
+    terminal: the namespace's init must lead a session of its own, and
+    the program would lose the terminal as its controlling one (job
+    control, /dev/tty).  DMTCP_PID_NAMESPACE=0 turns it off."""
+    if os.environ.get("DMTCP_PID_NAMESPACE", "1").strip().lower() in ("0", "no", "off", "false"):
+        return False
+    return not any(os.isatty(fd) for fd in (0, 1, 2))
 
 
 def launch(cfg: AgentConfig, tree: Tree, agent_address: str) -> None:
@@ -41,11 +59,55 @@ def launch(cfg: AgentConfig, tree: Tree, agent_address: str) -> None:
     env["DMTCP_COORD_TOKEN"] = cfg.token
     init = str(tree_init())
     try:
-        pid = tree.spawn(init, [init, cfg.path, *cfg.argv], env)
+        pid = tree.spawn(init, [init, cfg.path, *cfg.argv], env,
+                         pid_namespace=wants_pid_namespace())
     except OSError as exc:
         raise CannotExecute(f"cannot run {init}: {exc.strerror or exc} "
                             "(run `make setup`)") from None
-    log.info("started %s as pid %d", cfg.argv, pid)
+    log.info("started %s as pid %d%s", cfg.argv, pid,
+             " in a PID namespace of its own" if tree.own_namespace else "")
+
+
+def _pid_taken(m: Manifest, pid: int, image: Path) -> str:
+    name = (procfs.read(f"/proc/{pid}/comm") or "?").strip()
+    return (f"cannot restart {image}: pid {pid}, which the image needs, is in use by {name} "
+            f"(pid {pid}); the tree was checkpointed without a PID namespace of its own (launched "
+            "on a terminal, or not as root), so it restarts only on its own pids: end that "
+            "process, or restart on another host")
+
+
+def _check_pids(m: Manifest, image: Path) -> None:
+    """Before anything is touched: can CRIU give the tree its pids?  A tree
+    with a namespace of its own gets a new one; one without needs its old
+    pids free on this host."""
+    if m.pid_namespace:
+        if unprivileged():
+            raise UserError(f"cannot restart {image}: its tree ran in a PID namespace of its "
+                            "own, and only root (CAP_SYS_ADMIN) can make one")
+        return
+    for pid in sorted(m.pids):
+        if os.path.exists(f"/proc/{pid}"):
+            raise UserError(_pid_taken(m, pid, image))
+
+
+def _criu_failure(m: Manifest, image: Path, message: str) -> str:
+    """CRIU's failure, or, for a pid taken meanwhile (say a thread's, which
+    the manifest does not list), which one."""
+    taken = _CRIU_PID_TAKEN.search(message)
+    if taken and not m.pid_namespace:
+        return _pid_taken(m, int(taken.group(1)), image)
+    return message
+
+
+def restored_pids(m: Manifest, tree: Tree) -> frozenset[int]:
+    """The pids (ours) of the restored processes that reconnect (the
+    manifest's shim_pids).  A tree in a PID namespace of its own has its
+    old pids in there only: each is found by its id in the namespace."""
+    if not m.pid_namespace:
+        return frozenset(m.shim_pids)
+    ours = {procfs.ns_pid(p.pid): p.pid for p in tree.processes()}
+    found = (ours.get(m.ns_pids.get(str(pid), -1)) for pid in m.shim_pids)
+    return frozenset(pid for pid in found if pid is not None)
 
 
 async def restore(cfg: AgentConfig, tree: Tree, net: Network, reach_ip: str) -> list:
@@ -54,6 +116,7 @@ async def restore(cfg: AgentConfig, tree: Tree, net: Network, reach_ip: str) -> 
     stdio, to stop when the agent ends.  UserError says what failed."""
     m, image = cfg.manifest, cfg.image
     assert m is not None and image is not None
+    _check_pids(m, image)
     temp_files.restore(m.temp_files, image)
     shared_files.restore(m.shared_files, image)
     shared_files.relink(m.link_remaps)
@@ -78,7 +141,7 @@ async def restore(cfg: AgentConfig, tree: Tree, net: Network, reach_ip: str) -> 
         # restart round aborted at once) is collected with its status
         tree.adopt(pid)
     except criu_driver.CriuError as exc:
-        raise UserError(str(exc)) from None
+        raise UserError(_criu_failure(m, image, str(exc))) from None
     finally:
         tree.hold_reaping = False
         handover.close_after_restore()

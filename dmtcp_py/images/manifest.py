@@ -44,6 +44,10 @@ class Manifest:
     temp_files: dict = field(default_factory=dict)  # see images.temp_files
     compression: str = ""       # "zstd": pages-*.img.zst (see images.compress)
     sha256: dict[str, str] = field(default_factory=dict)  # name -> digest (images.integrity)
+    # the tree ran in a PID namespace of its own (restored into a new one:
+    # its pids need not be free); ns_pids: each pid -> its id in there
+    pid_namespace: bool = False
+    ns_pids: dict[str, int] = field(default_factory=dict)
     format: int = FORMAT
 
     @property
