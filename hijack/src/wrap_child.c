@@ -73,51 +73,16 @@ static void proc_path(char *path, const char *prefix, long num, const char *suff
     memcpy(path + at, suffix, strlen(suffix) + 1);
 }
 
-/*
- * The id /proc knows process pid by (pid is this process's id of it): the
- * tree may run in a PID namespace of its own while /proc is the host's,
- * where /proc/PID would be another process.  A pidfd of it says, in its
- * fdinfo, its id in /proc's namespace ("Pid:").  -1: it is gone.
- */
-static long proc_id(pid_t pid)
-{
-    char path[48], buf[512], *p;
-    int fd = (int)syscall(SYS_pidfd_open, pid, 0), info;
-    long n, id = 0;
-
-    if (fd < 0)
-        return errno == ESRCH ? -1 : pid; /* no pidfds here: take it as it is */
-    proc_path(path, "/proc/self/fdinfo/", fd, "");
-    info = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
-    n = info < 0 ? -1 : syscall(SYS_read, info, buf, sizeof(buf) - 1);
-    if (info >= 0)
-        syscall(SYS_close, info);
-    syscall(SYS_close, fd);
-    if (n <= 0)
-        return pid;
-    buf[n] = '\0';
-    p = strstr(buf, "\nPid:");
-    if (p == NULL)
-        return pid;
-    for (p += 5; *p == ' ' || *p == '\t'; p++)
-        ;
-    if (*p == '-')
-        return -1; /* reaped meanwhile */
-    while (*p >= '0' && *p <= '9')
-        id = id * 10 + (*p++ - '0');
-    return id > 0 ? id : pid;
-}
-
 /* Whether pid runs and is not in its exit, from /proc/PID/stat ("pid
  * (comm) S ppid pgrp session tty tpgid flags ..."); raw system calls. */
 static int running(pid_t pid)
 {
     char path[48], buf[1024], *p;
     int fd, field;
-    long n, id = proc_id(pid);
+    long n, id = proc_id_of(pid);
     unsigned long flags = 0;
 
-    if (id < 0)
+    if (id < 0) /* (the id /proc knows it by: the tree may have a PID namespace) */
         return 0;
     proc_path(path, "/proc/", id, "/stat");
     fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
