@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from dmtcp_py.agent import machine as am
-from dmtcp_py.agent import start
+from dmtcp_py.agent import init_dir, start
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.link import CoordinatorLink
 from dmtcp_py.agent.network import Network
@@ -119,6 +119,8 @@ class Agent:
             await self._apply(self.machine.tree_exited(self.tree.exit_status))
         self._follower.cancel()
         self.tree.reap_all()
+        if self.tree.own_namespace:
+            init_dir.release(self.cfg.tree_id)
         while self._finishing:  # images are never left half published
             await asyncio.gather(*self._finishing, return_exceptions=True)
         for relay in self.relays:
@@ -140,10 +142,15 @@ class Agent:
         except UserError as exc:
             await self._apply(self.machine.restored(error=str(exc)))
             self._follower.cancel()
+            if m.pid_namespace:
+                init_dir.release(self.cfg.tree_id)
             if self.machine.abandoned:  # what failed followed from that
                 raise UserError(self.machine.abandoned) from None
             raise
-        await self._apply(self.machine.restored(start.restored_pids(m, self.tree)))
+        pids = start.restored_pids(m, self.tree)
+        self.net.renumber(pids)
+        await self._apply(self.machine.restored(frozenset(pids[p] for p in m.shim_pids
+                                                          if p in pids)))
 
     async def _listen(self) -> None:
         """Listen for the tree's processes, under the name of the tree and

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from dmtcp_py import fault_injection, procfs
-from dmtcp_py.agent import criu_driver, stdio
+from dmtcp_py.agent import criu_driver, init_dir, stdio
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.network import Network
 from dmtcp_py.agent.tree import Tree
@@ -58,12 +58,17 @@ def launch(cfg: AgentConfig, tree: Tree, agent_address: str) -> None:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), api_dir) if p)
     env["DMTCP_COORD_TOKEN"] = cfg.token
     init = str(tree_init())
+    namespace = wants_pid_namespace()
+    if namespace:
+        env[init_dir.ENV] = str(init_dir.make(cfg.tree_id))
     try:
-        pid = tree.spawn(init, [init, cfg.path, *cfg.argv], env,
-                         pid_namespace=wants_pid_namespace())
+        pid = tree.spawn(init, [init, cfg.path, *cfg.argv], env, pid_namespace=namespace)
     except OSError as exc:
         raise CannotExecute(f"cannot run {init}: {exc.strerror or exc} "
                             "(run `make setup`)") from None
+    finally:
+        if namespace and not tree.own_namespace:
+            init_dir.release(cfg.tree_id)
     log.info("started %s as pid %d%s", cfg.argv, pid,
              " in a PID namespace of its own" if tree.own_namespace else "")
 
@@ -99,15 +104,16 @@ def _criu_failure(m: Manifest, image: Path, message: str) -> str:
     return message
 
 
-def restored_pids(m: Manifest, tree: Tree) -> frozenset[int]:
-    """The pids (ours) of the restored processes that reconnect (the
-    manifest's shim_pids).  A tree in a PID namespace of its own has its
-    old pids in there only: each is found by its id in the namespace."""
+def restored_pids(m: Manifest, tree: Tree) -> dict[int, int]:
+    """Each pid of the image (ours at the checkpoint) -> the restored
+    process's pid (ours now): the same without a PID namespace of the
+    tree's own; with one, CRIU gave the old ids in there only, and each
+    process is found by its id in the namespace."""
     if not m.pid_namespace:
-        return frozenset(m.shim_pids)
+        return {pid: pid for pid in m.pids}
     ours = {procfs.ns_pid(p.pid): p.pid for p in tree.processes()}
-    found = (ours.get(m.ns_pids.get(str(pid), -1)) for pid in m.shim_pids)
-    return frozenset(pid for pid in found if pid is not None)
+    found = {pid: ours.get(m.ns_pids.get(str(pid), -1)) for pid in m.pids}
+    return {old: new for old, new in found.items() if new is not None}
 
 
 async def restore(cfg: AgentConfig, tree: Tree, net: Network, reach_ip: str) -> list:
@@ -117,6 +123,8 @@ async def restore(cfg: AgentConfig, tree: Tree, net: Network, reach_ip: str) -> 
     m, image = cfg.manifest, cfg.image
     assert m is not None and image is not None
     _check_pids(m, image)
+    if m.pid_namespace:
+        init_dir.make(cfg.tree_id)  # (its init's working directory)
     temp_files.restore(m.temp_files, image)
     shared_files.restore(m.shared_files, image)
     shared_files.relink(m.link_remaps)

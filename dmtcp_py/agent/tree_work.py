@@ -16,7 +16,7 @@ from typing import Callable
 import psutil
 
 from dmtcp_py import fault_injection, logs, procfs
-from dmtcp_py.agent import criu_driver, records, stdio
+from dmtcp_py.agent import criu_driver, init_dir, records, stdio
 from dmtcp_py.agent import tree as tree_mod
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.machine import Step, Work, WorkResult
@@ -97,6 +97,8 @@ class TreeWork:
                 raise criu_driver.CriuError(f"processes {stuck} did not detach from the agent")
             procs = self.tree.processes()
             facts = self._facts(step, [p.pid for p in procs], sorted(parked))
+            if self.tree.own_namespace:
+                init_dir.clear_stale(cfg.tree_id)
             self.tree.hold_reaping = True
             ticker = asyncio.create_task(self._report_progress(step.generation, ckpt, procs))
             try:

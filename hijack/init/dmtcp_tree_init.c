@@ -116,6 +116,8 @@ static void tell_killed(pid_t pid, int status)
 int main(int argc, char **argv)
 {
     int report[2], err = 0, status = 0, done = 0, own_namespace;
+    static char workdir[4096];
+    const char *dir = getenv("DMTCP_INIT_DIR");
     pid_t pid;
 
     if (argc < 3) {
@@ -139,6 +141,12 @@ int main(int argc, char **argv)
      * queues) only for a task tree that has one.  Best effort: without
      * CAP_SYS_ADMIN the program still runs, its SysV objects unsaved. */
     (void)unshare(CLONE_NEWIPC);
+    /* where to work once the program runs (dmtcp_py/agent/init_dir.py: a
+     * place of its own for the /proc CRIU mounts to dump a namespace);
+     * not the program's business */
+    if (dir != NULL && strlen(dir) < sizeof(workdir))
+        memcpy(workdir, dir, strlen(dir) + 1);
+    unsetenv("DMTCP_INIT_DIR");
     set_handlers(0, own_namespace);
     if (pipe2(report, O_CLOEXEC) != 0)
         return 2;
@@ -153,6 +161,8 @@ int main(int argc, char **argv)
         _exit(127);
     }
     program = pid;
+    if (own_namespace && workdir[0] != '\0')
+        (void)!chdir(workdir);
     close(report[1]);
     if (read(report[0], &err, sizeof(err)) == (ssize_t)sizeof(err)) {
         fprintf(stderr, "dmtcp-launch: error: cannot run %s: %s\n", argv[1], strerror(err));
