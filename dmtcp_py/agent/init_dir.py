@@ -8,11 +8,12 @@ opens it, and detaches and removes it again.  In the program's working
 directory that would fail when it is read-only, and fail with EEXIST when
 two trees that share it are dumped at once (seen here: a ring of three
 trees launched from one directory).  So the init, once it has started the
-program, works in a directory of its tree's own: /tmp/.dmtcp-init-<tree
-id>.  The path is in the image (CRIU restores the init's working
-directory), the same on every host; the agent makes it before a launch and
-before a restore, and removes it once no process works in it (two copies
-of one checkpoint share it).
+program, works in a directory of its tree's own, init-<tree id> in the run
+directory.  The path is in the image (CRIU restores the init's working
+directory) and in the manifest: a restore makes it again, on any host.
+The agent removes it once no process works in it (two copies of one
+checkpoint share it); one left by a killed agent goes with the run
+directory.
 """
 from __future__ import annotations
 
@@ -20,49 +21,49 @@ import logging
 import os
 from pathlib import Path
 
+from dmtcp_py.paths import run_dir
+
 log = logging.getLogger("agent.init_dir")
 
-BASE = Path("/tmp")
 ENV = "DMTCP_INIT_DIR"  # the init reads it, and takes it out of the program's environment
 MOUNTPOINT = "proc.crtools"  # CRIU's name (criu/pie/parasite.c)
 
 
-def path(tree_id: str) -> Path:
-    return BASE / f".dmtcp-init-{tree_id}"
+def for_tree(tree_id: str) -> Path:
+    return run_dir() / f"init-{tree_id}"
 
 
-def make(tree_id: str) -> Path:
+def make(where: Path) -> Path:
     """The directory, made if missing (0700: only root makes namespaces)."""
-    where = path(tree_id)
-    where.mkdir(mode=0o700, exist_ok=True)
+    where.mkdir(mode=0o700, parents=True, exist_ok=True)
     return where
 
 
-def clear_stale(tree_id: str) -> None:
+def clear_stale(where: Path) -> None:
     """Before a dump: a mount point that a killed criu left would fail every
     later dump (EEXIST).  One in use (another copy's dump under way) is
     mounted on and stays."""
     try:
-        os.rmdir(path(tree_id) / MOUNTPOINT)
-        log.warning("removed %s, left by an earlier dump", path(tree_id) / MOUNTPOINT)
+        os.rmdir(where / MOUNTPOINT)
+        log.warning("removed %s, left by an earlier dump", where / MOUNTPOINT)
     except OSError:
         pass
 
 
-def release(tree_id: str) -> None:
+def release(where: Path) -> None:
     """After the tree's end: remove the directory, unless a process still
     works in it (a copy of the same checkpoint running beside)."""
-    where = str(path(tree_id))
-    if not os.path.isdir(where):
+    name = str(where)
+    if not os.path.isdir(name):
         return
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if os.readlink(f"/proc/{entry}/cwd") == where:
+                if os.readlink(f"/proc/{entry}/cwd") == name:
                     return
             except OSError:
                 continue
     try:
-        os.rmdir(where)
+        os.rmdir(name)
     except OSError:
         pass

@@ -119,8 +119,8 @@ class Agent:
             await self._apply(self.machine.tree_exited(self.tree.exit_status))
         self._follower.cancel()
         self.tree.reap_all()
-        if self.tree.own_namespace:
-            init_dir.release(self.cfg.tree_id)
+        if self.tree.init_dir is not None:
+            init_dir.release(self.tree.init_dir)
         while self._finishing:  # images are never left half published
             await asyncio.gather(*self._finishing, return_exceptions=True)
         for relay in self.relays:
@@ -142,8 +142,8 @@ class Agent:
         except UserError as exc:
             await self._apply(self.machine.restored(error=str(exc)))
             self._follower.cancel()
-            if m.pid_namespace:
-                init_dir.release(self.cfg.tree_id)
+            if self.tree.init_dir is not None:
+                init_dir.release(self.tree.init_dir)
             if self.machine.abandoned:  # what failed followed from that
                 raise UserError(self.machine.abandoned) from None
             raise

@@ -59,16 +59,19 @@ def launch(cfg: AgentConfig, tree: Tree, agent_address: str) -> None:
     env["DMTCP_COORD_TOKEN"] = cfg.token
     init = str(tree_init())
     namespace = wants_pid_namespace()
-    if namespace:
-        env[init_dir.ENV] = str(init_dir.make(cfg.tree_id))
+    workdir = init_dir.make(init_dir.for_tree(cfg.tree_id)) if namespace else None
+    if workdir is not None:
+        env[init_dir.ENV] = str(workdir)
     try:
         pid = tree.spawn(init, [init, cfg.path, *cfg.argv], env, pid_namespace=namespace)
     except OSError as exc:
         raise CannotExecute(f"cannot run {init}: {exc.strerror or exc} "
                             "(run `make setup`)") from None
     finally:
-        if namespace and not tree.own_namespace:
-            init_dir.release(cfg.tree_id)
+        if workdir is not None and not tree.own_namespace:
+            init_dir.release(workdir)
+    if tree.own_namespace:
+        tree.init_dir = workdir
     log.info("started %s as pid %d%s", cfg.argv, pid,
              " in a PID namespace of its own" if tree.own_namespace else "")
 
@@ -123,8 +126,8 @@ async def restore(cfg: AgentConfig, tree: Tree, net: Network, reach_ip: str) -> 
     m, image = cfg.manifest, cfg.image
     assert m is not None and image is not None
     _check_pids(m, image)
-    if m.pid_namespace:
-        init_dir.make(cfg.tree_id)  # (its init's working directory)
+    if m.pid_namespace and m.init_dir:
+        tree.init_dir = init_dir.make(Path(m.init_dir))  # (its init's working directory)
     temp_files.restore(m.temp_files, image)
     shared_files.restore(m.shared_files, image)
     shared_files.relink(m.link_remaps)

@@ -11,6 +11,7 @@ import errno
 import logging
 import os
 import signal
+from pathlib import Path
 from typing import Callable
 
 import psutil
@@ -152,6 +153,7 @@ class Tree:
         # the root is pid 1 of a PID namespace of the tree's own (spawn, or
         # the image's, restored by CRIU)
         self.own_namespace = False
+        self.init_dir: Path | None = None  # the root's working directory then (init_dir.py)
         # the program's wait status, as the root told it (it cannot end
         # by the program's signal as pid 1 of a namespace)
         self._program_status: int | None = None

@@ -97,8 +97,8 @@ class TreeWork:
                 raise criu_driver.CriuError(f"processes {stuck} did not detach from the agent")
             procs = self.tree.processes()
             facts = self._facts(step, [p.pid for p in procs], sorted(parked))
-            if self.tree.own_namespace:
-                init_dir.clear_stale(cfg.tree_id)
+            if self.tree.init_dir is not None:
+                init_dir.clear_stale(self.tree.init_dir)
             self.tree.hold_reaping = True
             ticker = asyncio.create_task(self._report_progress(step.generation, ckpt, procs))
             try:
@@ -143,7 +143,8 @@ class TreeWork:
             argv=list(cfg.argv or (m.argv if m else [])), host=hostname(),
             agent_socket=self.shims.base, num_trees=step.num_trees, root_pid=self.tree.root_pid,
             pids=pids, shim_pids=shim_pids, stdio=io, external=stdio.external_ids(io),
-            ns_pids=self._ns_pids(pids))
+            ns_pids=self._ns_pids(pids),
+            init_dir=str(self.tree.init_dir) if self.tree.init_dir is not None else "")
 
     def _ns_pids(self, pids: list[int]) -> dict[str, int]:
         """Each pid's id in the tree's own PID namespace (none: {})."""

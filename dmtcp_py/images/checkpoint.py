@@ -44,6 +44,7 @@ class TreeFacts:
     external: list[str]        # CRIU --external ids of that stdio
     # pid -> its id in the tree's own PID namespace; empty: the tree has none
     ns_pids: dict[str, int] = field(default_factory=dict)
+    init_dir: str = ""         # the init's working directory then (agent.init_dir)
 
 
 @dataclass
@@ -97,7 +98,7 @@ class Checkpoint:
             sockets=table, link_remaps=remaps, temp_files=temp,
             agent_socket=facts.agent_socket, num_trees=facts.num_trees, stdio=facts.stdio,
             external=facts.external, criu_version=criu_driver.version(),
-            pid_namespace=bool(facts.ns_pids), ns_pids=facts.ns_pids,
+            pid_namespace=bool(facts.ns_pids), ns_pids=facts.ns_pids, init_dir=facts.init_dir,
             files=store.file_sizes(partial))
         self.steps["manifest"] = time.monotonic()
         return self.manifest

@@ -48,6 +48,7 @@ class Manifest:
     # its pids need not be free); ns_pids: each pid -> its id in there
     pid_namespace: bool = False
     ns_pids: dict[str, int] = field(default_factory=dict)
+    init_dir: str = ""  # the working directory of its init (agent.init_dir), made at restore
     format: int = FORMAT
 
     @property
