@@ -76,12 +76,13 @@ def launch(cfg: AgentConfig, tree: Tree, agent_address: str) -> None:
              " in a PID namespace of its own" if tree.own_namespace else "")
 
 
-def _pid_taken(m: Manifest, pid: int, image: Path) -> str:
+def _pid_taken(pid: int, image: Path) -> str:
+    """One line: which pid, held by what, why it matters, what to do."""
     name = (procfs.read(f"/proc/{pid}/comm") or "?").strip()
-    return (f"cannot restart {image}: pid {pid}, which the image needs, is in use by {name} "
-            f"(pid {pid}); the tree was checkpointed without a PID namespace of its own (launched "
-            "on a terminal, or not as root), so it restarts only on its own pids: end that "
-            "process, or restart on another host")
+    return (f"cannot restart {image}: pid {pid}, which the image needs, is in use by {name}; "
+            "the tree was checkpointed without a PID namespace of its own (launched on a "
+            "terminal, not as root, or with DMTCP_PID_NAMESPACE=0), so it restarts only on "
+            "its own pids: end that process, or restart on another host")
 
 
 def _check_pids(m: Manifest, image: Path) -> None:
@@ -95,7 +96,7 @@ def _check_pids(m: Manifest, image: Path) -> None:
         return
     for pid in sorted(m.pids):
         if os.path.exists(f"/proc/{pid}"):
-            raise UserError(_pid_taken(m, pid, image))
+            raise UserError(_pid_taken(pid, image))
 
 
 def _criu_failure(m: Manifest, image: Path, message: str) -> str:
@@ -103,7 +104,7 @@ def _criu_failure(m: Manifest, image: Path, message: str) -> str:
     the manifest does not list), which one."""
     taken = _CRIU_PID_TAKEN.search(message)
     if taken and not m.pid_namespace:
-        return _pid_taken(m, int(taken.group(1)), image)
+        return _pid_taken(int(taken.group(1)), image)
     return message
 
 
