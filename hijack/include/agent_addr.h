@@ -11,6 +11,7 @@
  * root (dmtcp_py/agent/shimlink.py).  It is built again at every connect:
  * a restore puts the same process into a new namespace.
  *
+ * Needs _GNU_SOURCE (syscall()), as every unit of the shim defines it.
  * Raw system calls and the caller's memory only: the checkpoint thread
  * uses it while other threads may hold malloc's locks.
  */
