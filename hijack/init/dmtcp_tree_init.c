@@ -10,6 +10,15 @@
  * program did.  It is linked statically, so LD_PRELOAD does not load the
  * shim into it and it is not counted as a process of the program.
  *
+ * As root it is pid 1 of a PID namespace of the tree's own, made by the
+ * agent (dmtcp_py/agent/tree.py), so that a restart gets the tree's pids
+ * whatever the host's pids do.  It then leads a session of its own (CRIU
+ * wants the namespace's session leader inside it), sends SIGINT and
+ * SIGQUIT on to every process of the namespace, works in a directory the
+ * agent names (DMTCP_INIT_DIR, see dmtcp_py/agent/init_dir.py), and tells
+ * the agent how the program ended (PROGRAM_ENDED), since pid 1 cannot end
+ * by the program's signal.
+ *
  * An orphan it reaps that a failure signal killed is told to the agent
  * (CHILD_KILLED, dmtcp_record.h), as the shim's wait wrappers tell of the
  * children their program reaps: the program's end may be a failure then.
@@ -43,7 +52,7 @@ static void forward(int sig)
 }
 
 /* In a PID namespace of its own the tree is in a session of its own too:
- * a terminal's ^C and ^\\ reach only the agent, which sends them here.
+ * a terminal's ^C and ^\ reach only the agent, which sends them here.
  * They go to every process of the namespace, as a terminal sends them to
  * its whole foreground group (kill(-1) spares the sender, pid 1). */
 static void forward_to_all(int sig)
