@@ -155,8 +155,11 @@ class Agent:
     async def _listen(self) -> None:
         """Listen for the tree's processes, under the name of the tree and
         of the PID namespace it now runs in (shimlink.py): known only once
-        the tree exists.  Its processes retry until then."""
-        self.shims.bind_to_tree(self.tree.root_pid)
+        the tree exists.  Its processes retry until then.  (The shims of
+        an image of an older dmtcp_py use the tree's name alone.)"""
+        m = self.cfg.manifest
+        if m is None or m.agent_socket_ns:
+            self.shims.bind_to_tree(self.tree.root_pid)
         try:
             await self.shims.listen()
         except OSError as exc:

@@ -144,7 +144,8 @@ class TreeWork:
             agent_socket=self.shims.base, num_trees=step.num_trees, root_pid=self.tree.root_pid,
             pids=pids, shim_pids=shim_pids, stdio=io, external=stdio.external_ids(io),
             ns_pids=self._ns_pids(pids),
-            init_dir=str(self.tree.init_dir) if self.tree.init_dir is not None else "")
+            init_dir=str(self.tree.init_dir) if self.tree.init_dir is not None else "",
+            agent_socket_ns=m is None or m.agent_socket_ns)
 
     def _ns_pids(self, pids: list[int]) -> dict[str, int]:
         """Each pid's id in the tree's own PID namespace (none: {})."""

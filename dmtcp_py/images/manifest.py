@@ -49,6 +49,9 @@ class Manifest:
     pid_namespace: bool = False
     ns_pids: dict[str, int] = field(default_factory=dict)
     init_dir: str = ""  # the working directory of its init (agent.init_dir), made at restore
+    # its shims add the PID namespace to agent_socket (agent_addr.h); an
+    # image of an older dmtcp_py has shims that do not
+    agent_socket_ns: bool = False
     format: int = FORMAT
 
     @property
