@@ -159,3 +159,21 @@ def test_without_a_namespace_a_taken_pid_is_named(comp, tmp_path):
     assert not rows(copy_out)
     assert launch.poll() is None  # the original untouched
     comp.kill_and_wait(launch)
+
+
+def test_a_namespaced_tree_ends_as_its_program_did(comp):
+    """The namespace's init, pid 1 there, cannot die of the program's
+    signal: the agent hears it instead and ends the same way as without
+    a namespace; ^C (SIGINT to dmtcp-launch) reaches the program."""
+    killed, _ = comp.launch("sh", "-c", "kill -TERM $$")
+    assert killed.wait(timeout=TIMEOUT) == 128 + signal.SIGTERM
+    # the coordinator heard of a signal (an end by exit 143 would be the
+    # program's own exit, in last_exit)
+    st = wait_for(lambda: (s := comp.status())["num_trees"] == 0 and s, what="the end told")
+    assert st["last_exit"] is None
+    trapped, out = comp.launch("sh", "-c", "trap 'echo interrupted; exit 7' INT; "
+                               "echo ready; while :; do sleep 0.05; done")
+    wait_for(lambda: "ready" in out.read_text(), what="the trap to be set")
+    trapped.send_signal(signal.SIGINT)
+    assert trapped.wait(timeout=TIMEOUT) == 7
+    assert "interrupted" in out.read_text()
