@@ -34,3 +34,28 @@ def fds(pids: list[int]) -> Iterator[tuple[int, str]]:
             continue
         for name in names:
             yield pid, name
+
+
+def ns_pid(pid: int) -> int | None:
+    """The id of process pid in its own PID namespace (the last field of
+    NSpid in its status; pid itself when it runs in /proc's), or None when
+    it is gone."""
+    status = read(f"/proc/{pid}/status")
+    if status is None:
+        return None
+    for line in status.splitlines():
+        if line.startswith("NSpid:"):
+            fields = line.split()[1:]
+            return int(fields[-1]) if fields else pid
+    return pid
+
+
+def pid_namespace(pid: int) -> str | None:
+    """The inode number of the PID namespace process pid runs in, as the
+    digits of /proc/PID/ns/pid ("pid:[4026531836]"); None when unreadable."""
+    try:
+        link = os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+    inode = link[link.find("[") + 1:-1] if link.startswith("pid:[") else ""
+    return inode if inode.isdigit() else None

@@ -226,6 +226,12 @@ class Network:
                     pass
         await self.unpark(timeout)
 
+    def renumber(self, pids: dict[int, int]) -> None:
+        """After a restore into a new PID namespace: the processes that hold
+        each socket have new pids (ours), old -> new."""
+        for e in self.entries.values():
+            e.copies = [(pids.get(pid, pid), fd) for pid, fd in e.copies]
+
     async def unpark(self, timeout: float) -> None:
         by_pid: dict[int, list[tuple[int, int]]] = {}
         for e in self.entries.values():

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from dmtcp_py.agent import machine as am
-from dmtcp_py.agent import start, tcpstats
+from dmtcp_py.agent import init_dir, start, tcpstats
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.link import CoordinatorLink
 from dmtcp_py.agent.network import Network
@@ -72,7 +72,8 @@ class Agent:
                               resume_arg=self.machine.resume_arg,
                               on_ckpt_request=self._ckpt_requested,
                               die_with_agent=lambda: self.machine.die_with_agent,
-                              on_child_killed=self._process_killed)
+                              on_child_killed=self._process_killed,
+                              on_program_ended=self.tree.program_ended)
         self.tree.on_killed = lambda pid, signum, core: self._process_killed(
             pid, signum, core, self.shims.name_of(pid))
         self.peers = PeersReport(self.shims, self.link.send)
@@ -95,14 +96,10 @@ class Agent:
         loop.add_signal_handler(signal.SIGCHLD, self.tree.reap_orphans)
         for sig in FORWARDED_SIGNALS:
             loop.add_signal_handler(sig, self.tree.signal_root, sig)
-        # the terminal delivers these to the whole foreground group already
-        loop.add_signal_handler(signal.SIGINT, lambda: None)
-        loop.add_signal_handler(signal.SIGQUIT, lambda: None)
-        try:
-            await self.shims.listen()
-        except OSError as exc:
-            raise UserError(f"cannot listen for the tree's processes on @{self.shims.name}: "
-                            f"{exc.strerror} (is this tree already running on this host?)") from None
+        # the terminal delivers these to the whole foreground group already,
+        # but not to a tree in a PID namespace (and session) of its own
+        for sig in (signal.SIGINT, signal.SIGQUIT):
+            loop.add_signal_handler(sig, self._terminal_signal, sig)
         await self._join()
         # following the coordinator already while restoring: connections
         # find their peers through its names
@@ -111,15 +108,19 @@ class Agent:
         loop.call_later(WARM_UP_AFTER, import_checkpoint_modules)
         if self.cfg.manifest is None:
             start.launch(self.cfg, self.tree, self.shims.address)
+            await self._listen()  # (at once: the program's processes retry until then)
         else:
             await self._restore()
         await self.tree.exited.wait()
         await self.tree.wait_for_orphans()
         await self.shims.settle()  # a parent's word of a killed child comes before the end
+        self.tree.settle_status()  # (and the root's word of the program's end)
         async with self.busy:  # let a reply to the coordinator go out first
             await self._apply(self.machine.tree_exited(self.tree.exit_status))
         self._follower.cancel()
         self.tree.reap_all()
+        if self.tree.init_dir is not None:
+            init_dir.release(self.tree.init_dir)
         while self._finishing:  # images are never left half published
             await asyncio.gather(*self._finishing, return_exceptions=True)
         for relay in self.relays:
@@ -137,13 +138,40 @@ class Agent:
         try:
             self.relays = await start.restore(self.cfg, self.tree, self.net, self.link.local_ip)
             self.work.relays = self.relays
+            await self._listen()
         except UserError as exc:
             await self._apply(self.machine.restored(error=str(exc)))
             self._follower.cancel()
+            if self.tree.init_dir is not None:
+                init_dir.release(self.tree.init_dir)
             if self.machine.abandoned:  # what failed followed from that
                 raise UserError(self.machine.abandoned) from None
             raise
-        await self._apply(self.machine.restored(frozenset(m.shim_pids)))
+        pids = start.restored_pids(m, self.tree)
+        self.net.renumber(pids)
+        await self._apply(self.machine.restored(frozenset(pids[p] for p in m.shim_pids
+                                                          if p in pids)))
+
+    async def _listen(self) -> None:
+        """Listen for the tree's processes, under the name of the tree and
+        of the PID namespace it now runs in (shimlink.py): known only once
+        the tree exists.  Its processes retry until then.  (The shims of
+        an image of an older dmtcp_py use the tree's name alone.)"""
+        m = self.cfg.manifest
+        if m is None or m.agent_socket_ns:
+            self.shims.bind_to_tree(self.tree.root_pid)
+        try:
+            await self.shims.listen()
+        except OSError as exc:
+            self.tree.kill()
+            raise UserError(f"cannot listen for the tree's processes on @{self.shims.name}: "
+                            f"{exc.strerror} (is this tree already running on this host?)") from None
+
+    def _terminal_signal(self, signum: int) -> None:
+        """^C or ^\\ of the terminal (or a kill): a tree in a session of its
+        own gets it through its root, which sends it to all its processes."""
+        if self.tree.own_namespace:
+            self.tree.signal_root(signum)
 
     # ---- the coordinator ---------------------------------------------------------
 

@@ -3,7 +3,13 @@
 The records are those of hijack/include/dmtcp_record.h (records.py).  The
 listening socket lives in the abstract namespace under a name that is fixed
 for the tree, so the shims of a restored tree find the new agent on any
-host.
+host, followed by the inode number of the tree's PID namespace, so that
+two copies of one checkpoint, each in a namespace of its own, find each its
+own agent on one host (hijack/include/agent_addr.h).
+
+Processes are known by their pids in the agent's namespace (SO_PEERCRED);
+the pids a record carries are the sender's own (its namespace's), and are
+translated through what each process said in its HELLO.
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ from dmtcp_py.agent.records import (
     PARK_MAX,
     PARKED,
     PARKED_FD,
+    PROGRAM_ENDED,
     READY,
     RECORD,
     RESUME,
@@ -126,8 +133,10 @@ class ShimLink:
                  on_ckpt_request: Callable[[int], None] = lambda pid: None,
                  die_with_agent: Callable[[], bool] = lambda: False,
                  on_child_killed: Callable[[int, int, bool, str], None]
-                 = lambda pid, signum, core, name: None) -> None:
-        self.name = name
+                 = lambda pid, signum, core, name: None,
+                 on_program_ended: Callable[[int], None] = lambda status: None) -> None:
+        self.base = name  # the tree's, in its manifest
+        self.namespace: str | None = None  # the tree's PID namespace (bind_to_tree)
         self.shims: set[Shim] = set()
         self._on_change = on_change
         self._listener: socket.socket | None = None
@@ -143,14 +152,34 @@ class ShimLink:
         # a process reaped a child a failure signal killed: (pid, signal,
         # core, name), the name as the child said hello, else "?"
         self._on_child_killed = on_child_killed
+        self._on_program_ended = on_program_ended  # the status the tree's init told
         self._names: dict[int, str] = {}
+        # a process's pid in the tree's namespace -> ours, as it said hello
+        self._ours: dict[int, int] = {}
         # one per connection until its first record is read (settle())
         self._first_records: set[asyncio.Future] = set()
 
     @property
+    def name(self) -> str:
+        """The abstract name listened on: the tree's, '-', its PID
+        namespace's inode number (as agent_addr.h makes it)."""
+        return f"{self.base}-{self.namespace}" if self.namespace else self.base
+
+    def bind_to_tree(self, root_pid: int) -> None:
+        """The name follows the namespace the tree's root runs in (before
+        listen)."""
+        self.namespace = procfs.pid_namespace(root_pid)
+
+    def our_pid(self, pid: int) -> int:
+        """Our pid of a process a record named by its tree's id (as it is
+        when the tree has no namespace of its own, or never said hello)."""
+        return self._ours.get(pid, pid)
+
+    @property
     def address(self) -> str:
-        """The value of DMTCP_AGENT_SOCK for the shims."""
-        return "@" + self.name
+        """The value of DMTCP_AGENT_SOCK for the shims (which add the
+        namespace themselves)."""
+        return "@" + self.base
 
     async def listen(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
@@ -222,6 +251,14 @@ class ShimLink:
         while len(self._names) > NAMES_KEPT:
             del self._names[next(iter(self._names))]
 
+    def _remember_pid(self, own: int, ours: int) -> None:
+        if own <= 0 or own == ours:
+            return
+        self._ours.pop(own, None)  # the newest last: the oldest go first
+        self._ours[own] = ours
+        while len(self._ours) > NAMES_KEPT:
+            del self._ours[next(iter(self._ours))]
+
     async def _serve(self, sock: socket.socket, first: asyncio.Future) -> None:
         pid, _uid, _gid = struct.unpack("3i", sock.getsockopt(
             socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
@@ -231,7 +268,7 @@ class ShimLink:
                 data, passed = await _recv_record(sock)
                 if not first.done():
                     first.set_result(None)
-                magic, version, type_, _p, _pp, arg = RECORD.unpack(data)
+                magic, version, type_, own_pid, _pp, arg = RECORD.unpack(data)
                 if magic != MAGIC or version != VERSION:
                     log.warning("pid %d sent a foreign record; dropping it", pid)
                     return
@@ -245,9 +282,14 @@ class ShimLink:
                     # a wait wrapper, or the tree's init, on a connection
                     # of its own: one record, then it closes
                     child, signum, core = killed_of(arg)
+                    child = self.our_pid(child)
                     log.warning("pid %d reaped its child %d, killed by signal %d%s",
                                 pid, child, signum, " (core dumped)" if core else "")
                     self._on_child_killed(child, signum, core, self.name_of(child))
+                    return
+                if type_ == PROGRAM_ENDED and shim not in self.shims:
+                    status = arg & 0xFFFFFFFF
+                    self._on_program_ended(status - (1 << 32) if status >> 31 else status)
                     return
                 if type_ == CKPT_REQUEST and shim not in self.shims:
                     # dmtcp_checkpoint(): answer, and ask only once this
@@ -262,6 +304,7 @@ class ShimLink:
                     return
                 if type_ == HELLO:
                     self._remember_name(pid)
+                    self._remember_pid(own_pid, pid)
                     self.shims.add(shim)
                     self._notify()
                     if self._die_with_agent():

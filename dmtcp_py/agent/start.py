@@ -5,24 +5,42 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import sys
+from pathlib import Path
 
-from dmtcp_py import fault_injection
-from dmtcp_py.agent import criu_driver, stdio
+from dmtcp_py import fault_injection, procfs
+from dmtcp_py.agent import criu_driver, init_dir, stdio
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.network import Network
 from dmtcp_py.agent.tree import Tree
 from dmtcp_py.errors import ImageError, UserError
 from dmtcp_py.images import (compress, integrity, shared_files, temp_files,
                              written_files)
-from dmtcp_py.paths import run_dir, shim_library, tool, tree_init
+from dmtcp_py.images.manifest import Manifest
+from dmtcp_py.paths import run_dir, shim_library, tool, tree_init, unprivileged
 from dmtcp_py.protocol.states import State
 
 log = logging.getLogger("agent")
+# CRIU's words when a pid it must give is in use
+_CRIU_PID_TAKEN = re.compile(r"Can't fork for (\d+): File exists")
 
 
 class CannotExecute(UserError):
     exit_code = 126  # as a shell says it
+
+
+def wants_pid_namespace() -> bool:
+    """Whether the tree gets a PID namespace of its own (as root: a user
+    who is not root may not make one, and the tree runs without).  Its
+    pids are then its own: a restart never meets them taken, and two
+    copies of one checkpoint run side by side.  Not for a program on a
+    terminal: the namespace's init must lead a session of its own, and
+    the program would lose the terminal as its controlling one (job
+    control, /dev/tty).  DMTCP_PID_NAMESPACE=0 turns it off."""
+    if os.environ.get("DMTCP_PID_NAMESPACE", "1").strip().lower() in ("0", "no", "off", "false"):
+        return False
+    return not any(os.isatty(fd) for fd in (0, 1, 2))
 
 
 def launch(cfg: AgentConfig, tree: Tree, agent_address: str) -> None:
@@ -44,12 +62,66 @@ def launch(cfg: AgentConfig, tree: Tree, agent_address: str) -> None:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), api_dir) if p)
     env["DMTCP_COORD_TOKEN"] = cfg.token
     init = str(tree_init())
+    namespace = wants_pid_namespace()
+    workdir = init_dir.make(init_dir.for_tree(cfg.tree_id)) if namespace else None
+    if workdir is not None:
+        env[init_dir.ENV] = str(workdir)
     try:
-        pid = tree.spawn(init, [init, cfg.path, *cfg.argv], env)
+        pid = tree.spawn(init, [init, cfg.path, *cfg.argv], env, pid_namespace=namespace)
     except OSError as exc:
         raise CannotExecute(f"cannot run {init}: {exc.strerror or exc} "
                             "(run `make setup`)") from None
-    log.info("started %s as pid %d", cfg.argv, pid)
+    finally:
+        if workdir is not None and not tree.own_namespace:
+            init_dir.release(workdir)
+    if tree.own_namespace:
+        tree.init_dir = workdir
+    log.info("started %s as pid %d%s", cfg.argv, pid,
+             " in a PID namespace of its own" if tree.own_namespace else "")
+
+
+def _pid_taken(pid: int, image: Path) -> str:
+    """One line: which pid, held by what, why it matters, what to do."""
+    name = (procfs.read(f"/proc/{pid}/comm") or "?").strip()
+    return (f"cannot restart {image}: pid {pid}, which the image needs, is in use by {name}; "
+            "the tree was checkpointed without a PID namespace of its own (launched on a "
+            "terminal, not as root, or with DMTCP_PID_NAMESPACE=0), so it restarts only on "
+            "its own pids: end that process, or restart on another host")
+
+
+def _check_pids(m: Manifest, image: Path) -> None:
+    """Before anything is touched: can CRIU give the tree its pids?  A tree
+    with a namespace of its own gets a new one; one without needs its old
+    pids free on this host."""
+    if m.pid_namespace:
+        if unprivileged():
+            raise UserError(f"cannot restart {image}: its tree ran in a PID namespace of its "
+                            "own, and only root (CAP_SYS_ADMIN) can make one")
+        return
+    for pid in sorted(m.pids):
+        if os.path.exists(f"/proc/{pid}"):
+            raise UserError(_pid_taken(pid, image))
+
+
+def _criu_failure(m: Manifest, image: Path, message: str) -> str:
+    """CRIU's failure, or, for a pid taken meanwhile (say a thread's, which
+    the manifest does not list), which one."""
+    taken = _CRIU_PID_TAKEN.search(message)
+    if taken and not m.pid_namespace:
+        return _pid_taken(int(taken.group(1)), image)
+    return message
+
+
+def restored_pids(m: Manifest, tree: Tree) -> dict[int, int]:
+    """Each pid of the image (ours at the checkpoint) -> the restored
+    process's pid (ours now): the same without a PID namespace of the
+    tree's own; with one, CRIU gave the old ids in there only, and each
+    process is found by its id in the namespace."""
+    if not m.pid_namespace:
+        return {pid: pid for pid in m.pids}
+    ours = {procfs.ns_pid(p.pid): p.pid for p in tree.processes()}
+    found = {pid: ours.get(m.ns_pids.get(str(pid), -1)) for pid in m.pids}
+    return {old: new for old, new in found.items() if new is not None}
 
 
 _background: set[asyncio.Task] = set()  # kept from the garbage collector
@@ -82,6 +154,9 @@ async def restore(cfg: AgentConfig, tree: Tree, net: Network, reach_ip: str) -> 
     stdio, to stop when the agent ends.  UserError says what failed."""
     m, image = cfg.manifest, cfg.image
     assert m is not None and image is not None
+    _check_pids(m, image)
+    if m.pid_namespace and m.init_dir:
+        tree.init_dir = init_dir.make(Path(m.init_dir))  # (its init's working directory)
     temp_files.restore(m.temp_files, image)
     shared_files.restore(m.shared_files, image)
     shared_files.relink(m.link_remaps)
@@ -133,6 +208,8 @@ async def restore(cfg: AgentConfig, tree: Tree, net: Network, reach_ip: str) -> 
             await pages_checked
         except ImageError as damaged:
             raise UserError(str(damaged)) from None
+        if isinstance(exc, criu_driver.CriuError):
+            raise UserError(_criu_failure(m, image, str(exc))) from None
         raise UserError(str(exc)) from None
     finally:
         tree.hold_reaping = False

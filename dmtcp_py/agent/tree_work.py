@@ -16,8 +16,8 @@ from typing import Callable
 
 import psutil
 
-from dmtcp_py import fault_injection, logs
-from dmtcp_py.agent import criu_driver, records, stdio, sysv
+from dmtcp_py import fault_injection, logs, procfs
+from dmtcp_py.agent import criu_driver, init_dir, records, stdio, sysv
 from dmtcp_py.agent import tree as tree_mod
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.machine import Step, Work, WorkResult
@@ -102,6 +102,8 @@ class TreeWork:
             refusal = sysv.shared_memory_refusal(self.tree.root_pid, set(facts.pids))
             if refusal:  # (CRIU's own words for it are cryptic)
                 raise criu_driver.CriuError(refusal)
+            if self.tree.init_dir is not None:
+                init_dir.clear_stale(self.tree.init_dir)
             self.tree.hold_reaping = True
             ticker = asyncio.create_task(self._report_progress(step.generation, ckpt, procs))
             try:
@@ -155,8 +157,18 @@ class TreeWork:
         return checkpoint.TreeFacts(
             comp_id=step.comp_id, tree_id=cfg.tree_id, program=cfg.program,
             argv=list(cfg.argv or (m.argv if m else [])), host=hostname(),
-            agent_socket=self.shims.name, num_trees=step.num_trees, root_pid=self.tree.root_pid,
-            pids=pids, shim_pids=shim_pids, stdio=io, external=stdio.external_ids(io))
+            agent_socket=self.shims.base, num_trees=step.num_trees, root_pid=self.tree.root_pid,
+            pids=pids, shim_pids=shim_pids, stdio=io, external=stdio.external_ids(io),
+            ns_pids=self._ns_pids(pids),
+            init_dir=str(self.tree.init_dir) if self.tree.init_dir is not None else "",
+            agent_socket_ns=m is None or m.agent_socket_ns)
+
+    def _ns_pids(self, pids: list[int]) -> dict[str, int]:
+        """Each pid's id in the tree's own PID namespace (none: {})."""
+        if not self.tree.own_namespace:
+            return {}
+        own = {pid: procfs.ns_pid(pid) for pid in pids}
+        return {str(pid): n for pid, n in own.items() if n is not None}
 
     async def _report_progress(self, generation: int, ckpt: checkpoint.Checkpoint,
                                procs: list[psutil.Process]) -> None:

@@ -42,6 +42,10 @@ class TreeFacts:
     shim_pids: list[int]
     stdio: dict[str, dict]     # see agent.stdio.describe
     external: list[str]        # CRIU --external ids of that stdio
+    # pid -> its id in the tree's own PID namespace; empty: the tree has none
+    ns_pids: dict[str, int] = field(default_factory=dict)
+    init_dir: str = ""         # the init's working directory then (agent.init_dir)
+    agent_socket_ns: bool = True  # its shims add the PID namespace (Manifest)
 
 
 @dataclass
@@ -95,6 +99,8 @@ class Checkpoint:
             sockets=table, link_remaps=remaps, temp_files=temp,
             agent_socket=facts.agent_socket, num_trees=facts.num_trees, stdio=facts.stdio,
             external=facts.external, criu_version=criu_driver.version(),
+            pid_namespace=bool(facts.ns_pids), ns_pids=facts.ns_pids, init_dir=facts.init_dir,
+            agent_socket_ns=facts.agent_socket_ns,
             files=store.file_sizes(partial))
         self.steps["manifest"] = time.monotonic()
         return self.manifest

@@ -26,7 +26,10 @@ def _load(directory: Path, name: str) -> list:
 
 
 def _processes(directory: Path, m: manifest_mod.Manifest) -> list[dict]:
-    shims = set(m.shim_pids)
+    # CRIU's images name the processes by their ids in the tree's own PID
+    # namespace, when it had one
+    shims = {m.ns_pids.get(str(pid), pid) for pid in m.shim_pids} if m.pid_namespace \
+        else set(m.shim_pids)
     out = []
     for entry in _load(directory, "pstree.img"):
         pid = entry["pid"]

@@ -45,6 +45,14 @@ class Manifest:
     compression: str = ""       # "zstd": pages-*.img.zst (see images.compress)
     blake3: dict[str, str] = field(default_factory=dict)  # name -> digest (images.integrity)
     sha256: dict[str, str] = field(default_factory=dict)  # the same, in images of 0.1.x
+    # the tree ran in a PID namespace of its own (restored into a new one:
+    # its pids need not be free); ns_pids: each pid -> its id in there
+    pid_namespace: bool = False
+    ns_pids: dict[str, int] = field(default_factory=dict)
+    init_dir: str = ""  # the working directory of its init (agent.init_dir), made at restore
+    # its shims add the PID namespace to agent_socket (agent_addr.h); an
+    # image of an older dmtcp_py has shims that do not
+    agent_socket_ns: bool = False
     format: int = FORMAT
 
     @property

@@ -61,6 +61,17 @@
  *                             SIGTERM, SIGINT, SIGHUP...: how programs end
  *                             each other normally)
  *
+ * The tree's init, when it is pid 1 of a PID namespace of the tree's own
+ * (it cannot end by the program's signal then: pid 1 ignores signals it
+ * has no handler for, even its own), on a connection of its own:
+ *   init  -> PROGRAM_ENDED    arg: the program's wait status; then the init
+ *                             exits (128 + the signal, for a signal).  No
+ *                             answer
+ *
+ * The pid and ppid of a record are the sender's ids in its own PID
+ * namespace, as are the pids in CHILD_KILLED's arg; the agent knows each
+ * connection's sender by SO_PEERCRED, in its own namespace.
+ *
  * HELLO's arg is 1 when the process is still suspended (it reconnects after
  * a dump or a restore): the agent then owes it a RESUME.
  *
@@ -103,6 +114,7 @@ enum dmtcp_record_type {
     DMTCP_REC_DONE = 18,
     DMTCP_REC_FATE = 19,
     DMTCP_REC_CHILD_KILLED = 20,
+    DMTCP_REC_PROGRAM_ENDED = 21,
 };
 
 /* DONE's arg (agent -> shim, no answer): the generation whose images are

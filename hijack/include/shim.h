@@ -91,6 +91,23 @@ int real_killpg(pid_t group, int sig);
 int real_close(int fd);
 int real_dup2(int oldfd, int newfd);
 int real_dup3(int oldfd, int newfd, int flags);
+#include <dirent.h>
+#include <sys/stat.h>
+int real_open(const char *path, int flags, mode_t mode);
+int real_open64(const char *path, int flags, mode_t mode);
+int real_openat(int dir, const char *path, int flags, mode_t mode);
+int real_openat64(int dir, const char *path, int flags, mode_t mode);
+FILE *real_fopen(const char *path, const char *mode);
+FILE *real_fopen64(const char *path, const char *mode);
+DIR *real_opendir(const char *path);
+ssize_t real_readlink(const char *path, char *buf, size_t size);
+int real_access(const char *path, int mode);
+int real_stat(const char *path, struct stat *st);
+int real_lstat(const char *path, struct stat *st);
+
+/* wrap_proc.c: /proc/PID paths with this PID namespace's ids */
+const char *proc_path_of(const char *path, char *buf, size_t size);
+long proc_id_of(pid_t pid); /* the id /proc knows a process by; -1: gone */
 
 /* wrap_wait.c: a call made again, for the time left, when the checkpoint
  * signal made it fail with EINTR (see there); wrap_ipc.c uses it too. */

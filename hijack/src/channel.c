@@ -14,10 +14,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "agent_addr.h"
 #include "shim.h"
 
-static struct sockaddr_un agent_addr;
-static socklen_t agent_addr_len;
+/* DMTCP_AGENT_SOCK as the program was started with it; the address is
+ * made of it at each connect (agent_addr.h) */
+static char agent_env[sizeof(((struct sockaddr_un *)0)->sun_path) + 1];
 /* This process's connection, -1 when none.  Kept here, with the link, so
  * that the units that must not touch it (fdowner.c, wrap_fd.c) ask the
  * link, not the checkpoint thread that makes and drops it. */
@@ -35,23 +37,12 @@ void channel_set_agent_fd(int fd)
 
 int channel_set_address(const char *env_value)
 {
-    size_t n;
-    int abstract = 0;
+    struct sockaddr_un addr;
+    socklen_t len;
 
-    if (env_value == NULL || env_value[0] == '\0')
+    if (dmtcp_agent_addr(env_value, &addr, &len) < 0 || strlen(env_value) >= sizeof(agent_env))
         return -1;
-    if (env_value[0] == '@') {
-        abstract = 1;
-        env_value++;
-    }
-    n = strlen(env_value);
-    if (n + 1 >= sizeof(agent_addr.sun_path))
-        return -1;
-    memset(&agent_addr, 0, sizeof(agent_addr));
-    agent_addr.sun_family = AF_UNIX;
-    memcpy(agent_addr.sun_path + abstract, env_value, n);
-    agent_addr_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + abstract + n
-                                 + (abstract ? 0 : 1));
+    memcpy(agent_env, env_value, strlen(env_value) + 1);
     return 0;
 }
 
@@ -84,9 +75,13 @@ int channel_socket(void)
 /* Connect fd (from channel_socket) to the agent; fd, or -1 with fd closed. */
 int channel_connect_fd(int fd)
 {
+    struct sockaddr_un addr;
+    socklen_t len;
+
     if (fd < 0)
         return -1;
-    if (syscall(SYS_connect, fd, &agent_addr, agent_addr_len) < 0) {
+    if (dmtcp_agent_addr(agent_env, &addr, &len) < 0
+        || syscall(SYS_connect, fd, &addr, len) < 0) {
         syscall(SYS_close, fd);
         return -1;
     }
@@ -280,14 +275,17 @@ static int tell_fd = -1;
 int channel_tell(uint16_t type, uint64_t arg)
 {
     int saved = errno, fd, rc = -1;
+    struct sockaddr_un addr;
+    socklen_t len;
 
-    if (agent_addr_len == 0 || __atomic_exchange_n(&telling, 1, __ATOMIC_ACQUIRE))
+    if (agent_env[0] == '\0' || __atomic_exchange_n(&telling, 1, __ATOMIC_ACQUIRE))
         return -1;
     fd = channel_socket();
     __atomic_store_n(&tell_fd, fd, __ATOMIC_RELEASE);
     if (fd >= 0) {
         if (syscall(SYS_fcntl, fd, F_SETFL, O_NONBLOCK) == 0
-            && syscall(SYS_connect, fd, &agent_addr, agent_addr_len) == 0)
+            && dmtcp_agent_addr(agent_env, &addr, &len) == 0
+            && syscall(SYS_connect, fd, &addr, len) == 0)
             rc = channel_send(fd, type, arg);
         __atomic_store_n(&tell_fd, -1, __ATOMIC_RELEASE);
         syscall(SYS_close, fd);

@@ -5,8 +5,12 @@
  * the checkpoint thread only uses these outside a suspension.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
@@ -60,6 +64,17 @@ REAL(killpg)
 REAL(close)
 REAL(dup2)
 REAL(dup3)
+REAL(open)
+REAL(open64)
+REAL(openat)
+REAL(openat64)
+REAL(fopen)
+REAL(fopen64)
+REAL(opendir)
+REAL(readlink)
+REAL(access)
+REAL(stat)
+REAL(lstat)
 
 int real_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
@@ -262,6 +277,17 @@ __attribute__((constructor(101))) static void real_warm(void)
     resolve_waitid();
     resolve_kill();
     resolve_killpg();
+    resolve_open();
+    resolve_open64();
+    resolve_openat();
+    resolve_openat64();
+    resolve_fopen();
+    resolve_fopen64();
+    resolve_opendir();
+    resolve_readlink();
+    resolve_access();
+    resolve_stat();
+    resolve_lstat();
 }
 
 int real_close(int fd)
@@ -277,4 +303,59 @@ int real_dup2(int oldfd, int newfd)
 int real_dup3(int oldfd, int newfd, int flags)
 {
     return resolve_dup3() ? resolve_dup3()(oldfd, newfd, flags) : (errno = ENOSYS, -1);
+}
+
+int real_open(const char *path, int flags, mode_t mode)
+{
+    return resolve_open() ? resolve_open()(path, flags, mode) : (errno = ENOSYS, -1);
+}
+
+int real_open64(const char *path, int flags, mode_t mode)
+{
+    return resolve_open64() ? resolve_open64()(path, flags, mode) : (errno = ENOSYS, -1);
+}
+
+int real_openat(int dir, const char *path, int flags, mode_t mode)
+{
+    return resolve_openat() ? resolve_openat()(dir, path, flags, mode) : (errno = ENOSYS, -1);
+}
+
+int real_openat64(int dir, const char *path, int flags, mode_t mode)
+{
+    return resolve_openat64() ? resolve_openat64()(dir, path, flags, mode) : (errno = ENOSYS, -1);
+}
+
+FILE *real_fopen(const char *path, const char *mode)
+{
+    return resolve_fopen() ? resolve_fopen()(path, mode) : (errno = ENOSYS, NULL);
+}
+
+FILE *real_fopen64(const char *path, const char *mode)
+{
+    return resolve_fopen64() ? resolve_fopen64()(path, mode) : (errno = ENOSYS, NULL);
+}
+
+DIR *real_opendir(const char *path)
+{
+    return resolve_opendir() ? resolve_opendir()(path) : (errno = ENOSYS, NULL);
+}
+
+ssize_t real_readlink(const char *path, char *buf, size_t size)
+{
+    return resolve_readlink() ? resolve_readlink()(path, buf, size) : (errno = ENOSYS, -1);
+}
+
+int real_access(const char *path, int mode)
+{
+    return resolve_access() ? resolve_access()(path, mode) : (errno = ENOSYS, -1);
+}
+
+int real_stat(const char *path, struct stat *st)
+{
+    return resolve_stat() ? resolve_stat()(path, st) : (errno = ENOSYS, -1);
+}
+
+int real_lstat(const char *path, struct stat *st)
+{
+    return resolve_lstat() ? resolve_lstat()(path, st) : (errno = ENOSYS, -1);
 }

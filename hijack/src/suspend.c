@@ -3,7 +3,8 @@
  *
  * The checkpoint thread takes the gate for writing (so no thread is being
  * created and no fork is under way), then sends the reserved signal to each
- * thread listed in /proc/self/task.  The handler counts itself in and
+ * thread listed in /proc/self/task (by its id in this process's PID
+ * namespace, which need not be /proc's: see nspid).  The handler counts itself in and
  * sleeps on a futex until the resume generation changes.  New threads
  * cannot appear while the gate is held, but a raw clone() could: the task
  * list is read again until every thread listed has stopped.
@@ -19,6 +20,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
@@ -153,15 +155,82 @@ static int was_signalled(pid_t tid)
     return 0;
 }
 
+/*
+ * The tree may run in a PID namespace of its own while /proc is the
+ * host's: /proc/self/task then names the threads by the host's ids, but
+ * gettid() and tgkill() use this namespace's.  The NSpid line of a
+ * thread's status lists its id in each namespace from /proc's down to its
+ * own: the last one is ours.  Returns how many it lists (0: the thread is
+ * gone, or no NSpid line), and the last in *own.  Checkpoint thread only
+ * (a static buffer: stdio and malloc are off limits here).
+ */
+static int nspid(const char *path, pid_t *own)
+{
+    static char buf[4096];
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC), fields = 0;
+    long n;
+    char *p;
+
+    if (fd < 0)
+        return 0;
+    n = syscall(SYS_read, fd, buf, sizeof(buf) - 1);
+    syscall(SYS_close, fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    p = strstr(buf, "\nNSpid:");
+    if (p == NULL)
+        return 0;
+    for (p += 7; *p != '\n' && *p != '\0';) {
+        pid_t id = 0;
+
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p < '0' || *p > '9')
+            break;
+        while (*p >= '0' && *p <= '9')
+            id = id * 10 + (*p++ - '0');
+        *own = id;
+        fields++;
+    }
+    return fields;
+}
+
+/* Whether /proc names this process's threads by other ids than its own. */
+static int ids_differ(void)
+{
+    pid_t own;
+
+    return nspid("/proc/thread-self/status", &own) > 1;
+}
+
+/* Our id of the thread /proc calls proc_tid (-1: gone meanwhile). */
+static pid_t own_tid(int proc_tid)
+{
+    char path[48] = "/proc/self/task/", digits[16];
+    int len = 0, at = 16;
+    pid_t own = -1;
+
+    do
+        digits[len++] = (char)('0' + proc_tid % 10);
+    while ((proc_tid /= 10) > 0);
+    while (len > 0)
+        path[at++] = digits[--len];
+    memcpy(path + at, "/status", 8);
+    return nspid(path, &own) > 0 ? own : -1;
+}
+
 struct scan {
     pid_t self, pid;
-    int others;
+    int others, translate;
 };
 
 static void signal_one(int tid, void *ctx)
 {
     struct scan *scan = ctx;
 
+    if (scan->translate && (tid = own_tid(tid)) < 0)
+        return; /* ended meanwhile */
     if (tid == scan->self)
         return;
     scan->others++;
@@ -175,7 +244,8 @@ static void signal_one(int tid, void *ctx)
  * besides this one. */
 static int signal_new_threads(void)
 {
-    struct scan scan = { (pid_t)syscall(SYS_gettid), (pid_t)syscall(SYS_getpid), 0 };
+    struct scan scan = { (pid_t)syscall(SYS_gettid), (pid_t)syscall(SYS_getpid), 0,
+                         ids_differ() };
 
     if (procdir_each("/proc/self/task", signal_one, &scan) < 0)
         return -1;

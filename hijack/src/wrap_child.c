@@ -57,21 +57,34 @@ static int failure_signal(int sig)
     return sig > 0 && sig < 64 && ((DMTCP_FAILURE_SIGNALS >> sig) & 1);
 }
 
+/* "/proc/" (or any prefix), the number, the suffix; raw, no stdio. */
+static void proc_path(char *path, const char *prefix, long num, const char *suffix)
+{
+    char digits[24];
+    int len = 0;
+    size_t at = strlen(prefix);
+
+    memcpy(path, prefix, at);
+    do
+        digits[len++] = (char)('0' + num % 10);
+    while ((num /= 10) > 0);
+    while (len > 0)
+        path[at++] = digits[--len];
+    memcpy(path + at, suffix, strlen(suffix) + 1);
+}
+
 /* Whether pid runs and is not in its exit, from /proc/PID/stat ("pid
  * (comm) S ppid pgrp session tty tpgid flags ..."); raw system calls. */
 static int running(pid_t pid)
 {
-    char path[32] = "/proc/", digits[16], buf[1024], *p;
-    int len = 0, at = 6, fd, field;
-    long n;
+    char path[48], buf[1024], *p;
+    int fd, field;
+    long n, id = proc_id_of(pid);
     unsigned long flags = 0;
 
-    do
-        digits[len++] = (char)('0' + pid % 10);
-    while ((pid /= 10) > 0);
-    while (len > 0)
-        path[at++] = digits[--len];
-    memcpy(path + at, "/stat", 6);
+    if (id < 0) /* (the id /proc knows it by: the tree may have a PID namespace) */
+        return 0;
+    proc_path(path, "/proc/", id, "/stat");
     fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return 0;

@@ -54,3 +54,39 @@ def test_a_killed_child_is_heard_before_the_end_with_its_name():
     comm = procfs.read(f"/proc/{os.getpid()}/comm").strip()
     assert name == comm
     assert heard == [(os.getpid(), 9, False, comm)]
+
+
+async def namespaced_scenario() -> tuple[list, list]:
+    """As in a tree with a PID namespace of its own: records carry the
+    sender's id in there (7 here), SO_PEERCRED ours."""
+    heard: list = []
+    ended: list = []
+    link = ShimLink(f"dmtcp-test-ns-{os.getpid()}",
+                    on_child_killed=lambda *args: heard.append(args),
+                    on_program_ended=ended.append)
+    await link.listen()
+    try:
+        shim = connect(link.name)
+        shim.sendall(records.RECORD.pack(records.MAGIC, records.VERSION, records.HELLO, 7, 1, 0))
+        for _ in range(200):
+            if link.pids():
+                break
+            await asyncio.sleep(0.005)
+        teller = connect(link.name)
+        teller.sendall(record(records.CHILD_KILLED, records.killed_arg(7, 9)))
+        teller.close()
+        init = connect(link.name)  # the init, pid 1 in there: the program's wait status
+        init.sendall(record(records.PROGRAM_ENDED, 9))  # killed by SIGKILL
+        init.close()
+        await link.settle()
+        shim.close()
+        return heard, ended
+    finally:
+        link.stop_listening()
+
+
+def test_a_namespace_pid_is_told_as_ours_and_the_program_end_is_heard():
+    heard, ended = asyncio.run(namespaced_scenario())
+    comm = procfs.read(f"/proc/{os.getpid()}/comm").strip()
+    assert heard == [(os.getpid(), 9, False, comm)]
+    assert ended == [9]
