@@ -23,7 +23,7 @@ from dmtcp_py import paths
 from dmtcp_py.slurm import srun_args
 from dmtcp_py.slurm.task import HELLO
 from dmtcp_py.ssh import frames
-from dmtcp_py.ssh.client import _accept, _listen as _listen_any, _write_all
+from dmtcp_py.ssh.client import _accept, _listen as _listen_any, take_output
 
 ACCEPT_TIMEOUT = 60.0
 DIRECT = "DMTCP_SRUN_DIRECT"  # the shim leaves an srun with this alone
@@ -85,24 +85,10 @@ class Step:
                     pass
 
     def serve(self, procid: int, link: frames.Link) -> None:
-        status = 255
-        while True:
-            try:
-                frame = link.recv()
-            except (OSError, ConnectionError):
-                frame = None
-            if frame is None:
-                _say(f"task {procid}: lost the connection to it")
-                break
-            channel, data = frame
-            if channel == frames.STDOUT and data:
-                _write_all(1, data)
-            elif channel == frames.STDERR and data:
-                _write_all(2, data)
-            elif channel == frames.EXIT:
-                got = frames.Link.as_int(data)
-                status = got if got >= 0 else 128 - got
-                break
+        status = take_output(link)
+        if status is None:
+            _say(f"task {procid}: lost the connection to it")
+            status = 255
         try:
             link.sock.close()
         except OSError:

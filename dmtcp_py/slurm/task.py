@@ -15,14 +15,11 @@ import os
 import socket
 import subprocess
 import sys
-import threading
-import time
 
 from dmtcp_py.slurm.srun_args import DIRECT_MARKS
 from dmtcp_py.ssh import frames
-from dmtcp_py.ssh.relay import _feed, _pump
+from dmtcp_py.ssh.relay import connect_back, relay_child
 
-CONNECT_TIMEOUT = 30.0
 HELLO = 16  # channel of the first frame: "PROCID NTASKS NODE"
 
 
@@ -30,17 +27,7 @@ def _connect(port: int, cookie: str) -> socket.socket:
     origin = os.environ.get("SLURM_LAUNCH_NODE_IPADDR", "")
     if not origin:
         raise SystemExit("dmtcp srun task: no SLURM_LAUNCH_NODE_IPADDR: not started by srun")
-    deadline = time.monotonic() + CONNECT_TIMEOUT
-    while True:
-        try:
-            sock = socket.create_connection((origin, port), timeout=5.0)
-            sock.settimeout(None)
-            sock.sendall(cookie.encode())
-            return sock
-        except OSError as exc:
-            if time.monotonic() > deadline:
-                raise SystemExit(f"dmtcp srun task: cannot reach {origin}:{port}: {exc}")
-            time.sleep(0.2)
+    return connect_back(origin, port, cookie, "dmtcp srun task")
 
 
 def hello_text(env: dict) -> str:
@@ -70,20 +57,7 @@ def main() -> None:
                                  f"cannot run {name}: {exc.strerror or exc}\n".encode())
         link.send_int(frames.EXIT, 2)
         sys.exit(0)
-    threading.Thread(target=_feed, args=(link, child), daemon=True).start()
-    pumps = [threading.Thread(target=_pump, args=(child.stdout, link, frames.STDOUT)),
-             threading.Thread(target=_pump, args=(child.stderr, link, frames.STDERR))]
-    for pump in pumps:
-        pump.start()
-    for pump in pumps:
-        pump.join()
-    status = child.wait()
-    try:
-        link.send_int(frames.EXIT, status)
-        link.sock.shutdown(socket.SHUT_WR)
-        link.sock.recv(1)  # until dmtcp-srun closed its end
-    except OSError:
-        pass
+    relay_child(link, child)
     sys.exit(0)
 
 

@@ -91,11 +91,24 @@ def _serve(link: frames.Link) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, forward)
     threading.Thread(target=_pump_stdin, args=(link,), daemon=True).start()
+    status = take_output(link)
+    if status is None:
+        _say("lost the connection to the remote command")
+        return 255
+    return status
+
+
+def take_output(link: frames.Link) -> int | None:
+    """What the far command prints, onto our stdout and stderr, until its
+    exit status comes: that status as a shell tells it (128+N: killed by
+    signal N), or None if the connection was lost first."""
     while True:
-        frame = link.recv()
+        try:
+            frame = link.recv()
+        except (OSError, ConnectionError):
+            return None
         if frame is None:
-            _say("lost the connection to the remote command")
-            return 255
+            return None
         channel, data = frame
         if channel == frames.STDOUT and data:
             _write_all(1, data)

@@ -25,16 +25,22 @@ def _connect(port: int, cookie: str) -> socket.socket:
     origin = os.environ.get("SSH_CONNECTION", "").split()
     if not origin:
         raise SystemExit("dmtcp relay: no SSH_CONNECTION: not started by sshd")
+    return connect_back(origin[0], port, cookie, "dmtcp relay")
+
+
+def connect_back(host: str, port: int, cookie: str, who: str) -> socket.socket:
+    """A connection to the waiting end (dmtcp-ssh, dmtcp-srun) at host:port,
+    tried again for CONNECT_TIMEOUT; it starts with the cookie."""
     deadline = time.monotonic() + CONNECT_TIMEOUT
     while True:
         try:
-            sock = socket.create_connection((origin[0], port), timeout=5.0)
+            sock = socket.create_connection((host, port), timeout=5.0)
             sock.settimeout(None)
             sock.sendall(cookie.encode())
             return sock
         except OSError as exc:
             if time.monotonic() > deadline:
-                raise SystemExit(f"dmtcp relay: cannot reach {origin[0]}:{port}: {exc}")
+                raise SystemExit(f"{who}: cannot reach {host}:{port}: {exc}")
             time.sleep(0.2)
 
 
@@ -89,6 +95,14 @@ def main() -> None:
     link = frames.Link(_connect(opts.port, opts.cookie))
     child = subprocess.Popen(["/bin/sh", "-c", opts.command], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+    relay_child(link, child)
+    sys.exit(0)
+
+
+def relay_child(link: frames.Link, child: subprocess.Popen) -> None:
+    """Carry a started child's stdin, stdout and stderr over link, then its
+    exit status; return once the far end (dmtcp-ssh, dmtcp-srun) has it all
+    and closed its end."""
     threading.Thread(target=_feed, args=(link, child), daemon=True).start()
     pumps = [threading.Thread(target=_pump, args=(child.stdout, link, frames.STDOUT)),
              threading.Thread(target=_pump, args=(child.stderr, link, frames.STDERR))]
@@ -100,10 +114,9 @@ def main() -> None:
     try:
         link.send_int(frames.EXIT, status)
         link.sock.shutdown(socket.SHUT_WR)
-        link.sock.recv(1)  # until dmtcp-ssh closed its end
+        link.sock.recv(1)  # until the far end closed its end
     except OSError:
         pass
-    sys.exit(0)
 
 
 if __name__ == "__main__":

@@ -162,6 +162,9 @@ void gate_after_fork_child(void);
 /* procdir.c: call fn for every numeric entry of a /proc directory
  * (except the fd used to read it); raw system calls only. */
 int procdir_each(const char *path, void (*fn)(int num, void *ctx), void *ctx);
+/* procdir.c: a small /proc file into buf (NUL-terminated), with raw system
+ * calls; its length, or -1 */
+long proc_read(const char *path, char *buf, size_t size);
 
 /* fdowner.c: F_GETOWN of every socket, saved, elected, restored. */
 void fdowner_save(void);

@@ -38,3 +38,18 @@ int procdir_each(const char *path, void (*fn)(int num, void *ctx), void *ctx)
     syscall(SYS_close, dir);
     return 0;
 }
+
+long proc_read(const char *path, char *buf, size_t size)
+{
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+    long n;
+
+    if (fd < 0)
+        return -1;
+    n = syscall(SYS_read, fd, buf, size - 1);
+    syscall(SYS_close, fd);
+    if (n < 0)
+        return -1;
+    buf[n] = '\0';
+    return n;
+}

@@ -167,17 +167,11 @@ static int was_signalled(pid_t tid)
 static int nspid(const char *path, pid_t *own)
 {
     static char buf[4096];
-    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC), fields = 0;
-    long n;
+    int fields = 0;
     char *p;
 
-    if (fd < 0)
+    if (proc_read(path, buf, sizeof(buf)) <= 0)
         return 0;
-    n = syscall(SYS_read, fd, buf, sizeof(buf) - 1);
-    syscall(SYS_close, fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
     p = strstr(buf, "\nNSpid:");
     if (p == NULL)
         return 0;

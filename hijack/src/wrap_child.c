@@ -78,21 +78,15 @@ static void proc_path(char *path, const char *prefix, long num, const char *suff
 static int running(pid_t pid)
 {
     char path[48], buf[1024], *p;
-    int fd, field;
-    long n, id = proc_id_of(pid);
+    int field;
+    long id = proc_id_of(pid);
     unsigned long flags = 0;
 
     if (id < 0) /* (the id /proc knows it by: the tree may have a PID namespace) */
         return 0;
     proc_path(path, "/proc/", id, "/stat");
-    fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    if (proc_read(path, buf, sizeof(buf)) <= 0)
         return 0;
-    n = syscall(SYS_read, fd, buf, sizeof(buf) - 1);
-    syscall(SYS_close, fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
     p = strrchr(buf, ')'); /* comm may hold anything */
     if (p == NULL || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X' || p[2] == 'x')
         return 0;

@@ -3,7 +3,6 @@ namespace hosts, jobs run on them, and `down` leaves nothing behind."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -11,21 +10,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import need_root, reap_zombies
+from tests.conftest import reap_zombies
+from tests.multihost.slurm import CONF, STATE, cluster_up
+from tests.multihost.slurm import script as _script
 from tests.multihost.netns import NETNS_DIR, RUN_BASE
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "slurm-cluster.sh"
-STATE = Path("/run/dmtcp-slurm")  # fixed by the script, documented in README
-CONF = STATE / "slurm.conf"
 VETH = "dmtcp-slurm"
 DAEMONS = {"munged", "slurmctld", "slurmd", "slurmstepd"}
 TIMEOUT = 60.0  # a safety net only, nothing is timed
-
-
-def _script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=120, check=False)
 
 
 def _env() -> dict:
@@ -43,24 +35,8 @@ def _slurm(*argv: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def cluster():
-    need_root()
-    missing = [c for c in ("slurmctld", "slurmd", "srun", "munged") if shutil.which(c) is None]
-    if missing:
-        if os.environ.get("CI"):
-            pytest.fail(f"{', '.join(missing)} missing: scripts/setup.sh installs them")
-        pytest.skip(f"needs {', '.join(missing)} (scripts/setup.sh installs them)")
-    if STATE.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"a Slurm test cluster is already up ({STATE})")
-        pytest.skip(f"a Slurm test cluster is already up ({STATE}); run down first")
-    try:
-        res = _script("up", "2")
-        assert res.returncode == 0, res.stderr
+    with cluster_up(2):
         yield
-    finally:
-        res = _script("down")
-        reap_zombies()
-        assert res.returncode == 0, res.stderr
 
 
 def test_srun_runs_a_task_on_each_node(cluster):

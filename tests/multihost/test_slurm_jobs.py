@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,45 +19,20 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import need_root, reap_zombies
+from tests.conftest import reap_zombies
+from tests.multihost.slurm import CONF, ROOT, cluster_up
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "slurm-cluster.sh"
 EXAMPLE = ROOT / "examples" / "slurm" / "requeue.sbatch"
-STATE = Path("/run/dmtcp-slurm")
-CONF = STATE / "slurm.conf"
 NODES = 3
 TIMEOUT = 600.0  # a safety net only (the example needs several 1-minute runs)
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
          "BOOT_FAIL", "DEADLINE", "PREEMPTED")
 
 
-def _cluster(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=120, check=False)
-
-
 @pytest.fixture(scope="module")
 def cluster():
-    need_root()
-    missing = [c for c in ("slurmctld", "slurmd", "srun", "munged", "mpicc.openmpi")
-               if shutil.which(c) is None]
-    if missing:
-        if os.environ.get("CI"):
-            pytest.fail(f"{', '.join(missing)} missing: scripts/setup.sh installs them")
-        pytest.skip(f"needs {', '.join(missing)} (scripts/setup.sh installs them)")
-    if STATE.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"a Slurm test cluster is already up ({STATE})")
-        pytest.skip(f"a Slurm test cluster is already up ({STATE}); run down first")
-    try:
-        res = _cluster("up", str(NODES))
-        assert res.returncode == 0, res.stderr
+    with cluster_up(NODES, needs=("mpicc.openmpi",)):
         yield
-    finally:
-        res = _cluster("down")
-        reap_zombies()
-        assert res.returncode == 0, res.stderr
 
 
 def _build(cc: str, out: Path) -> Path:
