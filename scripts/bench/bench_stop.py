@@ -48,6 +48,7 @@ import psutil
 import bench_checkpoint as bc  # helpers shared with the checkpoint benchmark
 from bench_checkpoint import BenchError, progress, run_checked, settle, wait_until
 
+from dmtcp_py import procfs
 from dmtcp_py.client import coordinator_alive
 from dmtcp_py.paths import run_dir
 
@@ -220,7 +221,8 @@ class Tree:
                 proc.send_signal(signal.SIGUSR1)   # psutil: only if still the same process
             except psutil.NoSuchProcess:
                 raise BenchError(f"process {proc.pid} of the program exited") from None
-        pids = {p.pid for p in self.procs}
+        # each says its getpid(): its id in the tree's PID namespace, if any
+        pids = {procfs.ns_pid(p.pid) for p in self.procs}
         got: dict[int, int] = {}
 
         def all_answered() -> bool:
@@ -279,7 +281,8 @@ def launch(ws: Workspace, program: Path, procs: int, mib: int) -> Tree:
                 tree.procs.append(proc)
         except psutil.NoSuchProcess:
             pass
-    if {p.pid for p in tree.procs} != ready:
+    # (the program says its getpid(): its id in the tree's PID namespace)
+    if {procfs.ns_pid(p.pid) for p in tree.procs} != ready:
         raise BenchError(f"expected the processes {sorted(ready)} below dmtcp-launch, "
                          f"found {sorted(p.pid for p in tree.procs)}")
     return tree
