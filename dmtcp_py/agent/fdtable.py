@@ -23,7 +23,7 @@ from typing import Iterable
 
 from dmtcp_py import procfs
 from dmtcp_py.agent import sockdiag
-from dmtcp_py.images.socket_table import Address, Option, SocketInfo
+from dmtcp_py.images.socket_table import Address, Option, SocketInfo, is_namespace_local
 
 # options that describe how the program set its socket up (restored on a
 # new socket after a restart); transient ones (TCP_CORK) are left out
@@ -107,19 +107,6 @@ def to_park(pids: list[int]) -> dict[int, list[int]]:
             if park:
                 out.setdefault(pid, []).append(fd)
     return out
-
-
-def is_namespace_local(ip: str) -> bool:
-    """An address that means something only inside one network namespace
-    (loopback, the wildcard; also what is no IP address at all): every
-    host has it, and it names a different place on each."""
-    try:
-        addr = ipaddress.ip_address(ip.split("%")[0])
-    except ValueError:
-        return True
-    mapped = getattr(addr, "ipv4_mapped", None)
-    addr = mapped or addr
-    return addr.is_loopback or addr.is_unspecified
 
 
 def _plain_ip(ip: str) -> str:

@@ -11,13 +11,12 @@ Layouts: include/uapi/linux/{inet_diag,tcp}.h.
 from __future__ import annotations
 
 import ipaddress
-import os
 import socket
 import struct
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-from dmtcp_py import procfs
+from dmtcp_py.agent import fdtable
 from dmtcp_py.agent.sockdiag import (NETLINK_SOCK_DIAG, NLM_F_REQUEST, SOCK_DIAG_BY_FAMILY,
                                      _NLMSGHDR, _RTA, _align, _answers)
 
@@ -96,23 +95,10 @@ def _dump(family: int) -> Iterator[tuple[int, Flow]]:
                 yield ino, Flow(_address(fam, src, sport), _address(fam, dst, dport), *counters)
 
 
-def socket_inodes(pids: Iterable[int]) -> set[int]:
-    """The socket inodes the processes hold (/proc/PID/fd)."""
-    found = set()
-    for pid, fd in procfs.fds(list(pids)):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue  # closed meanwhile
-        if target.startswith("socket:["):
-            found.add(int(target[8:-1]))
-    return found
-
-
 def flows(pids: Iterable[int]) -> list[Flow]:
     """The established TCP connections the processes hold, with their
     counters (a connection shared by several processes once)."""
-    mine = socket_inodes(pids)
+    mine = {ino for fds in fdtable.tree_sockets(list(pids)).values() for ino in fds.values()}
     if not mine:
         return []
     out: dict[int, Flow] = {}

@@ -24,9 +24,10 @@ Here, without I/O and with time as a parameter:
 """
 from __future__ import annotations
 
-import ipaddress
 import math
 from dataclasses import dataclass, field
+
+from dmtcp_py.images.socket_table import is_namespace_local
 
 HALF_LIVES = (10.0, 60.0, 600.0)  # seconds: short, middle, long
 WEIGHTS = (0.5, 0.3, 0.2)
@@ -39,13 +40,7 @@ def endpoint_key(host: str, endpoint: str) -> str:
     """An "ip:port" as the computation names it: loopback and wildcard
     addresses mean something only on their host."""
     ip = endpoint.rsplit(":", 1)[0].strip("[]")
-    try:
-        addr = ipaddress.ip_address(ip)
-    except ValueError:
-        return f"{host}/{endpoint}"
-    if addr.is_loopback or addr.is_unspecified:
-        return f"{host}/{endpoint}"
-    return endpoint
+    return f"{host}/{endpoint}" if is_namespace_local(ip) else endpoint
 
 
 @dataclass

@@ -17,6 +17,7 @@ more); a key of the wrong type is an ImageError naming the row and the key.
 """
 from __future__ import annotations
 
+import ipaddress
 import socket
 from dataclasses import dataclass
 from typing import Any
@@ -232,3 +233,16 @@ def _is_hex(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def is_namespace_local(ip: str) -> bool:
+    """An address that means something only inside one network namespace
+    (loopback, the wildcard; also what is no IP address at all): every
+    host has it, and it names a different place on each."""
+    try:
+        addr = ipaddress.ip_address(ip.split("%")[0])
+    except ValueError:
+        return True
+    mapped = getattr(addr, "ipv4_mapped", None)
+    addr = mapped or addr
+    return addr.is_loopback or addr.is_unspecified
