@@ -61,6 +61,12 @@ class Step:
     failed_conns: frozenset[str] = frozenset()  # REFILL: connections not to refill
     expect_pids: frozenset[int] = frozenset()   # REFILL: processes that come back
     resume_arg: int = 0                         # RESUME: what the processes are told
+    # a migration round: at DUMP, this tree moves (GO: dumped and kept
+    # frozen) or stays (STAY: not dumped; these connections are made again
+    # toward the moved trees); at REFILL, rollback: it failed, all as it was
+    move: messages.Move | None = None
+    reconnect: frozenset[str] = frozenset()
+    rollback: bool = False
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,11 @@ class WaitForCommit:
 @dataclass(frozen=True)
 class KillTree:
     pass
+
+
+@dataclass(frozen=True)
+class DropMoved:
+    """The tree moved away: delete the image it was moved with."""
 
 
 @dataclass(frozen=True)
@@ -245,6 +256,8 @@ class AgentMachine:
     killed: messages.KilledProcess | None = None
     # where we take replicas (--replicas), once we listen
     replica_service: messages.ReplicaService | None = None
+    # a migration moved the tree to this host: its copy here ended, no failure
+    moved_to: str = ""
 
     def __post_init__(self) -> None:
         restarting = self.identity.restart_comp_id is not None
@@ -345,10 +358,14 @@ class AgentMachine:
                 self.published_generation = max(self.published_generation, msg.generation)
             arg = msg.generation | (0 if msg.ok else records.DONE_FAILED)
             return [TellShims(records.DONE, arg)]
-        if isinstance(msg, (messages.Matched, messages.Found, messages.Relay)):
+        if isinstance(msg, (messages.Matched, messages.Found, messages.Relay,
+                            messages.CancelMove)):
             return [ToNetwork(msg)]
         if isinstance(msg, messages.Kill):
             self.kill_requested = True
+            if msg.moved_to:
+                self.moved_to = msg.moved_to
+                return [KillTree(), DropMoved()]
             return [KillTree()]
         if isinstance(msg, messages.Replicate):
             return [CopyImage(msg.generation, msg.path, msg.targets)] if msg.targets else []
@@ -382,7 +399,9 @@ class AgentMachine:
         step = Step(msg.state, work, msg.generation, comp_id=self.comp_id, stop=msg.stop,
                     num_trees=msg.num_trees, failed_conns=frozenset(msg.failed_conns),
                     expect_pids=self.expect_pids,
-                    resume_arg=self.resume_arg() if work is Work.RESUME else 0)
+                    resume_arg=self.resume_arg() if work is Work.RESUME else 0,
+                    move=msg.move if work is Work.DUMP else None,
+                    reconnect=frozenset(msg.reconnect), rollback=msg.rollback)
         if work is Work.RESUME:
             self.restored_pending = False  # this release tells them
         return [DoWork(step)]
@@ -404,7 +423,8 @@ class AgentMachine:
         if step.work is Work.DUMP:
             self.expect_pids = result.parked
             self.dumping_to_stop = step.stop and result.error is None
-            if result.error is None:
+            # (a migration's dump is no generation: nothing waits for a commit)
+            if result.error is None and step.move is None:
                 self.pending = Pending(step.generation, result.pending)
                 self.stopped_by_checkpoint = step.stop
         if step.work is Work.RESUME:
@@ -467,7 +487,7 @@ class AgentMachine:
     def exit_code(self, tree_status: int | None) -> int:
         """The agent's exit code: the program's, or 0 for a tree that a
         checkpoint stopped (it did not fail; it is in its image)."""
-        if self.stopped_by_checkpoint or tree_status is None:
+        if self.stopped_by_checkpoint or self.moved_to or tree_status is None:
             return 0
         return tree_status
 
@@ -475,8 +495,8 @@ class AgentMachine:
         """A process of the tree was reaped killed by signum (core: it
         dumped core).  The first one killed by a failure signal is kept:
         whether the tree is lost depends on how its program ends."""
-        if self.dumping_to_stop or self.stopped_by_checkpoint:
-            return []  # CRIU ended the tree after its last dump
+        if self.dumping_to_stop or self.stopped_by_checkpoint or self.moved_to:
+            return []  # CRIU ended the tree after its last dump, or it moved away
         if self.killed is None and pid > 0 and records.failure_signal(signum, core):
             self.killed = messages.KilledProcess(pid=int(pid), signal=int(signum),
                                                  name=name or "?", core=bool(core))

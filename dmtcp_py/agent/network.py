@@ -75,6 +75,13 @@ class Network:
         # once refilled
         self._shut_after: dict[int, bool] = {}
         self._restored = False  # the sockets are new ones (restart)
+        # migration: a staying tree's sockets before they were made again
+        # toward a moved tree (ino -> socket, drained, shut after), and a
+        # moving tree's listeners let go so that its new copy may bind
+        # their ports: both come back if the migration fails (roll_back)
+        self._before_move: dict[int, tuple[socket.socket, drain.Drained | None, bool | None]] = {}
+        self._released: set[int] = set()
+        self._move_cancelled: asyncio.Future | None = None
 
     # ---- messages from the coordinator ----------------------------------------
 
@@ -89,6 +96,15 @@ class Network:
                 fut.set_result(msg.value)
         elif isinstance(msg, messages.Relay):
             self._relay_queue(msg.conn).put_nowait(base64.b64decode(msg.data))
+        elif isinstance(msg, messages.CancelMove):
+            called_off = self._cancel_move()
+            if not called_off.done():
+                called_off.set_result(None)
+
+    def _cancel_move(self) -> asyncio.Future:
+        if self._move_cancelled is None:
+            self._move_cancelled = asyncio.get_running_loop().create_future()
+        return self._move_cancelled
 
     def _relay_queue(self, conn: str) -> asyncio.Queue:
         return self._relays.setdefault(conn, asyncio.Queue())
@@ -226,6 +242,85 @@ class Network:
                     pass
         await self.unpark(timeout)
 
+    # ---- migration ------------------------------------------------------------------
+
+    async def remake(self, conns: frozenset[str], reach_ip: str) -> None:
+        """A staying tree in a migration: each parked connection in conns
+        (its other end moves) is made again toward the moved end's new
+        copy, the way a restart makes it; the drained bytes then refill
+        the new socket.  The old socket is kept until the round ends.
+        Raises if a connection cannot be made, or the migration is called
+        off (CancelMove) while waiting."""
+        todo = {ino: c for ino, c in self.conns.items() if c.conn in conns}
+        if not todo:
+            return
+        cancelled = self._cancel_move()
+        if cancelled.done():
+            raise RuntimeError("the migration was called off")
+        jobs = asyncio.gather(*(self._reconnect(self.entries[ino].info, c, reach_ip)
+                                for ino, c in todo.items()), return_exceptions=True)
+        await asyncio.wait({jobs, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+        if not jobs.done():
+            jobs.cancel()
+            await asyncio.gather(jobs, return_exceptions=True)
+            raise RuntimeError("the migration was called off")
+        results = jobs.result()
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            for r in results:
+                if isinstance(r, socket.socket):
+                    r.close()
+            raise RuntimeError(f"{len(errors)} of {len(todo)} connections to the moved trees "
+                               f"could not be made again: {errors[0]}")
+        for (ino, _), sock in zip(todo.items(), results):
+            e = self.entries[ino]
+            fdtable.set_options(sock, e.info.options)
+            d = self.drained.get(ino)
+            self._before_move[ino] = (e.sock, d, self._shut_after.get(ino))
+            e.sock = sock
+            if d is not None:
+                # a fresh socket, as at a restart (recreate)
+                self.drained[ino] = dataclasses.replace(d, self_shut_wr=False,
+                                                        peer_shut_wr=False, kept=0)
+                self._shut_after[ino] = d.self_shut_wr
+        log.info("made %d connections again toward the moved trees", len(todo))
+
+    def release_listeners(self) -> None:
+        """A moving tree, dumped: its listening sockets let go of their
+        ports, for its new copy (which may be on this host) to bind.  (A
+        Unix listener keeps its path: a restart does not bind it again.)"""
+        for ino, e in self.entries.items():
+            if e.info.listening and e.info.family != socket.AF_UNIX:
+                e.sock.close()
+                self._released.add(ino)
+
+    def roll_back(self) -> None:
+        """The migration failed: the connections made again are dropped and
+        the old ones come back; released listeners listen again."""
+        for ino, (sock, d, shut) in self._before_move.items():
+            e = self.entries[ino]
+            e.sock.close()
+            e.sock = sock
+            if d is not None:
+                self.drained[ino] = d
+            if shut is None:
+                self._shut_after.pop(ino, None)
+            else:
+                self._shut_after[ino] = shut
+        self._before_move = {}
+        for ino in sorted(self._released):
+            e = self.entries[ino]
+            info = e.info
+            sock = socket.socket(socket.AddressFamily(info.family),
+                                 socket.SocketKind(info.type), info.proto)
+            fdtable.set_options(sock, info.options)
+            self._bind(sock, info.family, info.local)
+            sock.listen(socket.SOMAXCONN)
+            e.sock = sock
+        self._released = set()
+        for w in self.warnings:
+            log.warning("%s", w)
+
     def renumber(self, pids: dict[int, int]) -> None:
         """After a restore into a new PID namespace: the processes that hold
         each socket have new pids (ours), old -> new."""
@@ -257,6 +352,10 @@ class Network:
     def close(self) -> None:
         for e in self.entries.values():
             e.sock.close()
+        for sock, _, _ in self._before_move.values():
+            sock.close()
+        self._before_move, self._released = {}, set()
+        self._move_cancelled = None
         self.entries, self.conns, self.drained, self.datagrams = {}, {}, {}, {}
         self.outside, self.peer_known = set(), {}
         self.external, self.failed_conns = [], []

@@ -12,11 +12,12 @@ import importlib
 import logging
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
 from dmtcp_py.agent import machine as am
-from dmtcp_py.agent import init_dir, start, tcpstats
+from dmtcp_py.agent import init_dir, start, tcpstats, tree_work
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.link import CoordinatorLink
 from dmtcp_py.agent.network import Network
@@ -79,7 +80,7 @@ class Agent:
         self.peers = PeersReport(self.shims, self.link.send)
         self.net = Network(self.shims, self.link.send)
         self.work = TreeWork(cfg, shims=self.shims, net=self.net, tree=self.tree,
-                             send=self.link.send)
+                             send=self.link.send, reach_ip=lambda: self.link.local_ip)
         self.busy = asyncio.Lock()  # one barrier's work at a time, in order
         self.relays: list = []
         self._verdict = asyncio.Event()  # a Publish or Discard was carried out
@@ -130,6 +131,10 @@ class Agent:
         self.link.close()
         if self.machine.abandoned:
             raise UserError(self.machine.abandoned)
+        if self.machine.moved_to:
+            log.info("the tree moved to %s", self.machine.moved_to)
+            print(f"dmtcp: the program moved to {self.machine.moved_to} and runs on there",
+                  file=sys.stderr, flush=True)
         return self.machine.exit_code(self.tree.exit_status)
 
     async def _restore(self) -> None:
@@ -147,6 +152,9 @@ class Agent:
             if self.machine.abandoned:  # what failed followed from that
                 raise UserError(self.machine.abandoned) from None
             raise
+        if tree_work.is_migration_image(self.cfg.image):
+            # restored: the image a migration brought the tree here with has served
+            self.work.drop_image(self.cfg.image)
         pids = start.restored_pids(m, self.tree)
         self.net.renumber(pids)
         await self._apply(self.machine.restored(frozenset(pids[p] for p in m.shim_pids
@@ -279,6 +287,8 @@ class Agent:
             case am.KillTree():
                 log.info("kill requested by the coordinator")
                 self.tree.kill()
+            case am.DropMoved():
+                self.work.drop_moved()
             case am.AbandonRestart(why):
                 log.error("%s", why)
                 self.tree.kill()

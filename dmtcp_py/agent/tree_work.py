@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import time
+from pathlib import Path
 from typing import Callable
 
 import psutil
@@ -38,12 +40,15 @@ PROGRESS_EVERY = 0.25  # seconds between progress reports while CRIU writes
 
 class TreeWork:
     def __init__(self, cfg: AgentConfig, *, shims: ShimLink, net: Network, tree: Tree,
-                 send: Callable[[messages.Message], None]) -> None:
+                 send: Callable[[messages.Message], None],
+                 reach_ip: Callable[[], str] = lambda: "127.0.0.1") -> None:
         self.cfg = cfg
         self.shims, self.net, self.tree = shims, net, tree
         self.relays: list[stdio.FileRelay] = []  # a restored tree's stdio (start.restore)
         self._send = send
+        self._reach_ip = reach_ip  # the address the coordinator knows this host by
         self._sysv_told = False
+        self._moved: checkpoint.Checkpoint | None = None  # the image a migration moves
 
     async def carry_out(self, step: Step) -> WorkResult:
         """One barrier's work; a bug of ours never leaves the tree stopped."""
@@ -80,13 +85,20 @@ class TreeWork:
 
     async def _dump(self, step: Step) -> WorkResult:
         """CRIU dumps the tree into a partial directory; the images wait
-        there for the coordinator's commit."""
+        there for the coordinator's commit.  In a migration, a staying tree
+        is not dumped (_stay), and a moving one is dumped into a directory
+        of its own, kept running (frozen), and its image published at once
+        for its new copy to restore."""
+        if step.move is messages.Move.STAY:
+            return await self._stay(step)
         cfg = self.cfg
         assert cfg.ckptdir is not None, "the coordinator's welcome sets it"
         loop = asyncio.get_running_loop()
         started = time.monotonic()
-        ckpt = checkpoint.Checkpoint.begin(cfg.ckptdir, cfg.program, cfg.tree_id,
-                                           step.generation)
+        moving = step.move is messages.Move.GO
+        ckpt = checkpoint.Checkpoint.begin(
+            migration_dir(cfg.ckptdir, cfg.tree_id, step.generation) if moving else cfg.ckptdir,
+            cfg.program, cfg.tree_id, step.generation)
         # a process must not reconnect mid-dump: CRIU would meet a socket
         # leading out of the tree
         self.shims.stop_listening()
@@ -109,14 +121,18 @@ class TreeWork:
             try:
                 await loop.run_in_executor(None, lambda: ckpt.dump(
                     self.tree.root_pid, run_dir() / f"criu-dump-{cfg.tree_id}.log",
-                    leave_running=not step.stop, external=facts.external))
+                    leave_running=moving or not step.stop, external=facts.external))
             finally:
                 self.tree.hold_reaping = False
                 ticker.cancel()
             if not step.stop:  # (with --stop CRIU ends the tree itself, by SIGKILL)
                 _no_failure_inside([p.pid for p in procs])
             m = await loop.run_in_executor(None, ckpt.save_files, facts, self.net.table)
-            gone = step.stop
+            if moving:
+                await loop.run_in_executor(None, lambda: ckpt.finish(compressed=False))
+                self._moved = ckpt
+                self.net.release_listeners()
+            gone = step.stop and not moving
             self._tell_sysv_left_out(set(facts.pids))
         except (criu_driver.CriuError, OSError) as exc:
             log.error("checkpoint failed: %s", exc)
@@ -139,7 +155,18 @@ class TreeWork:
         image = messages.ImageInfo(path=str(ckpt.final), host=hostname(), tree_id=cfg.tree_id,
                                    program=cfg.program, bytes=m.total_bytes,
                                    duration=duration, processes=len(parked))
-        return WorkResult(image=image, pending=ckpt, parked=parked)
+        return WorkResult(image=image, pending=None if moving else ckpt, parked=parked)
+
+    async def _stay(self, step: Step) -> WorkResult:
+        """A staying tree in a migration: not dumped; each connection it
+        shares with a moving tree is made again toward that tree's new
+        copy (which waits for it before its restore)."""
+        try:
+            await self.net.remake(step.reconnect, self._reach_ip())
+        except Exception as exc:
+            log.error("migration: %s", exc)
+            return WorkResult(error=str(exc))
+        return WorkResult()
 
     def _tell_sysv_left_out(self, pids: set[int]) -> None:
         """Once per tree: SysV objects its images do not hold (sysv.py)."""
@@ -187,6 +214,9 @@ class TreeWork:
             await asyncio.sleep(PROGRESS_EVERY)
 
     async def _refill(self, step: Step) -> WorkResult:
+        if step.rollback:  # a failed migration: everything as it was
+            self.net.roll_back()
+            self.drop_moved()
         missing = await self.shims.wait_for(self.tree.alive(set(step.expect_pids)), SHIM_TIMEOUT)
         if missing:
             log.warning("processes %s did not reconnect", sorted(missing))
@@ -217,6 +247,18 @@ class TreeWork:
         await self.shims.request_all(records.RESUME, records.RESUMED, SHIM_TIMEOUT,
                                      arg=resume_arg)
 
+    def drop_moved(self) -> None:
+        """The image a migration moved this tree with is not needed any
+        more (the tree runs on elsewhere, or did not move)."""
+        ckpt, self._moved = self._moved, None
+        if ckpt is not None:
+            checkpoint.delete([ckpt.final.parent])
+
+    @staticmethod
+    def drop_image(image: Path) -> None:
+        """A migration image restored here (its directory of its own)."""
+        checkpoint.delete([image.parent])
+
     async def publish(self, ckpt: checkpoint.Checkpoint) -> str | None:
         """Make the images durable and give them their name while the
         program runs again (the fsync is about a second per GiB here); old
@@ -236,6 +278,23 @@ class TreeWork:
         log.warning("generation %d failed or was abandoned; its images here are dropped",
                     ckpt.generation)
         await asyncio.get_running_loop().run_in_executor(None, ckpt.discard)
+
+
+MIGRATION_DIR = ".dmtcp-migration"
+
+
+def migration_dir(ckptdir: Path, tree_id: str, generation: int) -> Path:
+    """Where a migration dumps a moving tree: apart from its generations,
+    which a migration does not touch (0700, as every image directory)."""
+    top = Path(ckptdir) / MIGRATION_DIR
+    top.mkdir(mode=0o700, exist_ok=True)
+    where = top / f"{tree_id}-{generation}-{os.getpid()}"
+    where.mkdir(mode=0o700, exist_ok=True)
+    return where
+
+
+def is_migration_image(image: Path) -> bool:
+    return image.parent.parent.name == MIGRATION_DIR
 
 
 def _no_failure_inside(pids: list[int]) -> None:

@@ -36,11 +36,34 @@ from dmtcp_py.protocol.messages import Cmd, Progress, Reply
 @click.option("-i", "--interval", type=INTERVAL, default=None, metavar="SECONDS|auto",
               help="Set the checkpoint interval (0 disables; auto: the coordinator chooses "
                    "it from its checkpoints' cost and the failures it sees).")
+@click.option("--migrate", "migrate", metavar="TREE[,TREE...]",
+              help="Move these trees (tree ids from -l --json, or HOST:PID of a process in "
+                   "each) to --to HOST, or to a fresh copy on their own host, while every "
+                   "other tree keeps running; returns when they run again.")
+@click.option("--vacate", "vacate", metavar="HOST",
+              help="Move every tree off HOST (to --to HOST2, else to a fresh copy on HOST).")
+@click.option("--to", "to", metavar="HOST", default="",
+              help="Where --migrate or --vacate moves the trees.")
+@click.option("--with-group", is_flag=True,
+              help="--migrate: each tree with the trees it talks to most (see --graph).")
 @click.option("--json", "as_json", is_flag=True,
-              help="Machine-readable output (-s, -l, --graph).")
+              help="Machine-readable output (-s, -l, --graph, --migrate, --vacate).")
 @click.version_option(__version__, "--version")
-def cli(coord_host, coord_port, action, interval, as_json, as_dot, png_file):
+def cli(coord_host, coord_port, action, interval, as_json, as_dot, png_file,
+        migrate, vacate, to, with_group):
     """Send one command to the coordinator at HOST:PORT."""
+    if migrate is not None or vacate is not None:
+        if action is not None or migrate is not None and vacate is not None:
+            raise UserError("--migrate and --vacate go alone (with --to, --with-group, --json)")
+        with CoordinatorClient(coord_host, coord_port, timeout=None) as client:
+            if migrate is not None:
+                trees = tuple(t for t in migrate.split(",") if t.strip())
+                reply = client.command(Cmd.MIGRATE, trees=trees, to=to, with_group=with_group)
+            else:
+                reply = client.command(Cmd.VACATE, host=vacate, to=to)
+        return _print_migration(reply, as_json)
+    if to or with_group:
+        raise UserError("--to and --with-group go with --migrate or --vacate")
     if (as_dot or png_file) and action is None:
         action = "graph"
     if (as_dot or png_file) and action != "graph":
@@ -84,6 +107,19 @@ def cli(coord_host, coord_port, action, interval, as_json, as_dot, png_file):
         click.echo(f"checkpoint interval: auto, {body['interval']:.1f} s for now")
     elif action == "interval":
         click.echo(f"checkpoint interval: {body['interval']:g} s")
+    return 0
+
+
+def _print_migration(reply: Reply, as_json: bool) -> int:
+    if not reply.ok:
+        raise UserError(f"migration failed: {reply.error}" if reply.body.get("kind") == "migrate"
+                        else reply.error or "migration failed")
+    body = reply.body
+    if as_json:
+        click.echo(json.dumps(body, indent=1, sort_keys=True))
+        return 0
+    click.echo(f"migrated {body['trees']} trees ({', '.join(body['moved'])}) to "
+               f"{', '.join(body['to'])} in {body['duration']:.3f} s, {body['bytes']} bytes")
     return 0
 
 

@@ -6,16 +6,18 @@ every decision testable with many simulated agents in memory.
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 
-from dmtcp_py.coordinator import recovery, replication
+from dmtcp_py.coordinator import migration, recovery, replication
 from dmtcp_py.coordinator.interval import AutoInterval
 from dmtcp_py.coordinator.nameservice import NameService
 from dmtcp_py.coordinator.recovery import Failure, Phase, Recovery, RecoveryPolicy
 from dmtcp_py.coordinator.traffic import TrafficMatrix
 from dmtcp_py.protocol.messages import (
     Barrier,
+    CancelMove,
     CkptRequest,
     Commit,
     Copy,
@@ -26,6 +28,7 @@ from dmtcp_py.protocol.messages import (
     Kill,
     Lookup,
     Message,
+    Move,
     Peers,
     Traffic,
     ProcInfo,
@@ -96,6 +99,18 @@ class RestartGeneration:
 
 
 @dataclass(frozen=True)
+class MoveTrees:
+    """Migration: restart these images (the moving trees' fresh dumps) the
+    way the restart script does, old host -> new host; when the command
+    ends, migration_command_ended(serial, ...) says so."""
+    generation: int
+    images: tuple[ImageInfo, ...]
+    placement: tuple[tuple[str, str], ...]
+    serial: int
+    lost_hosts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Shutdown:
     reason: str
 
@@ -126,6 +141,24 @@ class Agent:
 class RoundKind(enum.Enum):
     CHECKPOINT = "checkpoint"
     RESTART = "restart"
+    MIGRATE = "migrate"
+
+    @property
+    def noun(self) -> str:
+        return "migration" if self is RoundKind.MIGRATE else self.value
+
+
+@dataclass
+class Migration:
+    """What a migration round knows besides its barriers."""
+    moving: dict[str, int]              # tree id -> the agent of its old copy
+    placement: dict[str, str]           # old host -> new host
+    serial: int
+    arrived: dict[str, int] = field(default_factory=dict)  # tree id -> its new copy's agent
+    reconnect: dict[int, set[str]] = field(default_factory=dict)  # staying agent -> conns
+    started: bool = False               # the moving trees' restart runs
+    aborted: bool = False               # it failed: everything goes back as it was
+    dumped_at: float | None = None      # every moving tree dumped
 
 
 @dataclass
@@ -152,6 +185,7 @@ class Round:
     resumed_at: float | None = None  # when: the program was stopped from `started` to this
     commit_ok: bool = False  # every tree dumped: the agents publish
     failed_conns: set[str] = field(default_factory=set)  # not drained at one end
+    migration: Migration | None = None  # RoundKind.MIGRATE
 
 
 class CoordinatorMachine:
@@ -217,7 +251,8 @@ class CoordinatorMachine:
                 return [SendAgent(agent_id, Refused(error=refusal))]
         self.agents[agent_id] = agent
         self._ever_had_agents = True
-        if hello.restart and hello.image is not None and self.round is not None:
+        if hello.restart and hello.image is not None and self.round is not None \
+                and self.round.migration is None:
             self.round.images[agent_id] = hello.image
         pol = self.policy
         actions.append(SendAgent(agent_id, Welcome(
@@ -243,6 +278,8 @@ class CoordinatorMachine:
 
     def _admit_restart(self, agent: Agent, hello: Hello, now: float) -> str | None:
         rnd = self.round
+        if rnd is not None and rnd.migration is not None:
+            return self._admit_moved(rnd, agent, hello)
         if rnd is not None and rnd.kind is RoundKind.RESTART and self.comp_id == hello.comp_id \
                 and rnd.generation == hello.generation and rnd.state is State.CHECKPOINTED:
             if agent.tree_id in {a.tree_id for a in self.agents.values()}:
@@ -279,6 +316,11 @@ class CoordinatorMachine:
             if rnd.kind is RoundKind.RESTART and rnd.state is not State.RUNNING:
                 rnd.errors.append(f"{agent.label()} exited during restart")
                 actions += self._abort_restart(now)
+            elif rnd.migration is not None:
+                rnd.errors.append(f"{agent.label()} exited during the migration")
+                if agent_id in rnd.migration.moving.values() \
+                        or agent_id in rnd.migration.arrived.values():
+                    actions += self._abort_migration("a moving tree's agent exited")
             elif rnd.kind is RoundKind.CHECKPOINT and agent_id not in rnd.published:
                 # an agent may go once its images are published (with --stop
                 # its tree is gone after the dump); before that they are lost
@@ -358,16 +400,27 @@ class CoordinatorMachine:
         if state is State.DRAINED:
             agent.external = msg.external
             rnd.failed_conns.update(msg.failed_conns)
+        actions: list = []
         if not msg.ok:
             rnd.errors.append(f"{agent.label()}: {msg.error or 'failed'}")
             if rnd.kind is RoundKind.RESTART:
                 return self._abort_restart(now)
+            if rnd.migration is not None and state is State.CHECKPOINTED:
+                actions += self._abort_migration(f"{agent.label()}: {msg.error or 'failed'}")
+        elif rnd.migration is not None and state is State.CHECKPOINTED \
+                and agent.agent_id in rnd.migration.moving.values():
+            if msg.image is None:
+                rnd.errors.append(f"{agent.label()}: dumped, but reported no image")
+                actions += self._abort_migration(rnd.errors[-1])
+            else:
+                rnd.images[agent.agent_id] = msg.image
+                actions += self._start_moving(now)
         elif state is State.CHECKPOINTED and rnd.kind is RoundKind.CHECKPOINT:
             if msg.image is None:
                 rnd.errors.append(f"{agent.label()}: dumped, but reported no image")
             else:
                 rnd.images[agent.agent_id] = msg.image
-        return self._maybe_advance(now)
+        return actions + self._maybe_advance(now)
 
     def _progress(self, agent: Agent, msg: Progress) -> list:
         rnd = self.round
@@ -432,8 +485,9 @@ class CoordinatorMachine:
         if self.recovery is not None and self.round is None:
             return self._reply(client_id, False, error="a recovery is in progress")
         if self.round is not None:
-            if self.round.kind is RoundKind.RESTART:
-                return self._reply(client_id, False, error="a restart is in progress")
+            if self.round.kind is not RoundKind.CHECKPOINT:
+                return self._reply(client_id, False,
+                                   error=f"a {self.round.kind.noun} is in progress")
             if blocking and client_id is not None:
                 self.round.waiters.append(client_id)
                 if progress:
@@ -455,6 +509,173 @@ class CoordinatorMachine:
         actions.append(Notice(f"checkpoint {rnd.generation}: {len(rnd.participants)} trees"))
         actions += self._broadcast(rnd)
         return actions
+
+    # ---- migration (--migrate, --vacate; migration.py) ---------------------------
+
+    def migrate(self, client_id: int | None, specs: tuple[str, ...], now: float, *,
+                to: str = "", vacate: str = "", with_group: bool = False) -> list:
+        """Move the trees named (or every tree of the host vacated) to `to`,
+        or each to a fresh copy on its own host; every other tree stays."""
+        if self.recovery is not None:
+            return self._reply(client_id, False, error="a recovery is in progress")
+        if self.round is not None:
+            return self._reply(client_id, False, error=f"a {self.round.kind.noun} is in progress")
+        if vacate and to == vacate:
+            return self._reply(client_id, False, error=f"--to {to} is the host being vacated")
+        refs = [migration.TreeRef(a.agent_id, a.tree_id, a.host,
+                                  (a.pid, *(p.pid for p in a.procs)))
+                for a in self.agents.values() if not a.dismissed]
+        try:
+            chosen = migration.on_host(vacate, refs) if vacate else migration.resolve(specs, refs)
+        except migration.MigrationError as exc:
+            return self._reply(client_id, False, error=str(exc))
+        if with_group:
+            names = migration.with_groups({self.agents[a].tree_id for a in chosen},
+                                          self.traffic.graph(now)["groups"])
+            chosen = [r.agent_id for r in refs if r.tree_id in names]
+        moving = {self.agents[a].tree_id: a for a in chosen}
+        placement = migration.placement((self.agents[a].host for a in chosen), to)
+        self._restart_serial += 1
+        self.names.reset()  # the moved trees' connections meet through fresh names
+        rnd = Round(RoundKind.MIGRATE, self.generation + 1, State.SUSPENDED, now,
+                    participants=set(self.agents),
+                    migration=Migration(moving, placement, self._restart_serial))
+        if client_id is not None:
+            rnd.waiters.append(client_id)
+        self.round = rnd
+        where = ", ".join(f"{old} -> {new}" for old, new in placement.items())
+        return [Notice(f"migration: {len(moving)} of {len(self.agents)} trees move ({where})"),
+                *self._broadcast(rnd)]
+
+    def _start_moving(self, now: float) -> list:
+        """Every moving tree is dumped: restart the images where they go."""
+        rnd = self.round
+        assert rnd is not None and rnd.migration is not None
+        mig = rnd.migration
+        if mig.started or mig.aborted or not set(mig.moving.values()) <= rnd.images.keys():
+            return []
+        mig.started, mig.dumped_at = True, now
+        images = tuple(rnd.images[a] for a in sorted(mig.moving.values()))
+        return [Notice(f"migration: {len(images)} trees dumped in {now - rnd.started:.3f} s; "
+                       "restoring them"),
+                MoveTrees(rnd.generation, images, tuple(sorted(mig.placement.items())),
+                          mig.serial)]
+
+    def _admit_moved(self, rnd: Round, agent: Agent, hello: Hello) -> str | None:
+        """A moving tree's new copy joins the migration round."""
+        mig = rnd.migration
+        assert mig is not None
+        if hello.comp_id != self.comp_id or hello.generation != rnd.generation \
+                or not mig.started or mig.aborted:
+            return f"this coordinator is busy with a migration of computation {self.comp_id}"
+        if agent.tree_id not in mig.moving or agent.tree_id in mig.arrived:
+            return f"tree {agent.tree_id} is not moving (or has arrived already)"
+        mig.arrived[agent.tree_id] = agent.agent_id
+        rnd.participants.add(agent.agent_id)
+        return None
+
+    def _abort_migration(self, why: str) -> list:
+        """Everything goes back as it was: the new copies end, the staying
+        trees stop making connections again (their old ones come back at
+        REFILLED, rollback), the old copies were never let go."""
+        rnd = self.round
+        assert rnd is not None and rnd.migration is not None
+        mig = rnd.migration
+        if mig.aborted:
+            return []
+        mig.aborted = True
+        if why not in rnd.errors:
+            rnd.errors.append(why)
+        actions: list = [Notice(f"migration failed: {why}; every tree goes on where it was")]
+        moving_old = set(mig.moving.values())
+        for agent_id in sorted(rnd.participants):
+            agent = self.agents.get(agent_id)
+            if agent_id in mig.arrived.values():
+                rnd.participants.discard(agent_id)
+                rnd.reached.discard(agent_id)
+                if agent is not None:
+                    agent.dismissed = True
+                    actions.append(SendAgent(agent_id, Kill()))
+            elif agent_id not in moving_old and agent_id not in rnd.reached:
+                actions.append(SendAgent(agent_id, CancelMove()))  # (still at it)
+        return actions
+
+    def migration_command_ended(self, serial: int, error: str | None, now: float) -> list:
+        """The moving trees' restart command ended: before every new copy
+        arrived, the migration failed; after, it is the new copies' end
+        (their agents tell it)."""
+        rnd = self.round
+        mig = rnd.migration if rnd is not None else None
+        if mig is None or mig.serial != serial or mig.aborted \
+                or len(mig.arrived) >= len(mig.moving):
+            return []
+        actions = self._abort_migration(error or "the restart ended before every tree was back")
+        return actions + self._maybe_advance(now)
+
+    def _migration_timed_out(self, now: float) -> list:
+        rnd = self.round
+        mig = rnd.migration if rnd is not None else None
+        if mig is None or not mig.started or mig.aborted or mig.dumped_at is None \
+                or len(mig.arrived) >= len(mig.moving) \
+                or now - mig.dumped_at <= self.policy.restart_timeout:
+            return []
+        return self._abort_migration(
+            f"the moved trees were not restored within {self.policy.restart_timeout:g} s") \
+            + self._maybe_advance(now)
+
+    def _migration_step(self, now: float) -> list:
+        """Every participant reached the round's state: the next one.
+        DRAINED -> CHECKPOINTED: the connections the staying trees make
+        again are known now.  CHECKPOINTED -> REFILLED: once every new copy
+        is there, the old copies end."""
+        rnd = self.round
+        assert rnd is not None and rnd.migration is not None
+        mig = rnd.migration
+        actions: list = []
+        if rnd.state is State.DRAINED:
+            if rnd.errors:
+                mig.aborted = True  # nobody is dumped; all refill as after a checkpoint
+            else:
+                mig.reconnect = migration.reconnects(self.names.connections(),
+                                                     set(mig.moving.values()))
+        elif rnd.state is State.CHECKPOINTED and not mig.aborted:
+            if len(mig.arrived) < len(mig.moving):
+                return []  # the new copies are still being restored
+            for tree_id, agent_id in mig.moving.items():
+                old = self.agents.get(agent_id)
+                rnd.participants.discard(agent_id)
+                rnd.reached.discard(agent_id)
+                if old is not None:
+                    old.dismissed = True
+                    actions.append(SendAgent(agent_id, Kill(
+                        moved_to=mig.placement.get(old.host, old.host))))
+        elif rnd.state is State.RUNNING:
+            return self._finish(now)
+        rnd.state = next_state(rnd.state)
+        rnd.reached = set()
+        return actions + self._broadcast(rnd)
+
+    def _migration_barriers(self, rnd: Round, msg: Barrier) -> list:
+        """A migration's CHECKPOINTED says each tree's part; its REFILLED
+        whether everything goes back as it was."""
+        mig = rnd.migration
+        assert mig is not None
+        if rnd.state is State.REFILLED:
+            msg = dataclasses.replace(msg, rollback=mig.aborted)
+            return [SendAgent(a, msg) for a in sorted(rnd.participants)]
+        if rnd.state is not State.CHECKPOINTED:
+            return [SendAgent(a, msg) for a in sorted(rnd.participants)]
+        moving = set(mig.moving.values())
+        go = dataclasses.replace(msg, move=Move.GO, num_trees=len(moving))
+        out: list = []
+        for agent_id in sorted(rnd.participants):
+            if agent_id in moving and not mig.aborted:
+                out.append(SendAgent(agent_id, go))
+            else:
+                conns = () if mig.aborted else tuple(sorted(mig.reconnect.get(agent_id, ())))
+                out.append(SendAgent(agent_id, dataclasses.replace(msg, move=Move.STAY,
+                                                                   reconnect=conns)))
+        return out
 
     def kill(self, client_id: int | None) -> list:
         kill = Kill()
@@ -516,6 +737,7 @@ class CoordinatorMachine:
                 and now - rec.started > self.policy.restart_timeout:
             actions += self._restart_failed(
                 f"the restart did not finish within {self.policy.restart_timeout:g} s", now)
+        actions += self._migration_timed_out(now)
         if self.agents and self.auto_interval.begin(now) and self.interval_auto:
             # the computation runs from now (not from when the coordinator
             # started): its first checkpoint comes the start value later
@@ -718,6 +940,8 @@ class CoordinatorMachine:
     def _broadcast(self, rnd: Round) -> list:
         msg = Barrier(state=rnd.state, generation=rnd.generation, stop=rnd.stop,
                       num_trees=len(rnd.participants), failed_conns=tuple(sorted(rnd.failed_conns)))
+        if rnd.migration is not None:
+            return self._migration_barriers(rnd, msg)
         return [SendAgent(a, msg) for a in sorted(rnd.participants)]
 
     def _maybe_advance(self, now: float) -> list:
@@ -731,6 +955,8 @@ class CoordinatorMachine:
         if rnd.kind is RoundKind.RESTART and rnd.state is State.CHECKPOINTED \
                 and len(rnd.participants) < rnd.expected:
             return []  # more trees of this computation still have to join
+        if rnd.migration is not None:
+            return self._migration_step(now)
         commit: list = []
         if rnd.kind is RoundKind.CHECKPOINT and rnd.state is State.CHECKPOINTED:
             # every tree dumped, or one failed: the agents publish their
@@ -781,9 +1007,19 @@ class CoordinatorMachine:
             "processes": sum(i.processes for i in rnd.images.values()),
             "trees": len(rnd.images) if checkpoint else len(rnd.participants),
         }
+        mig = rnd.migration
+        if mig is not None:
+            body.update(trees=len(mig.moving), moved=sorted(mig.moving),
+                        to=sorted(set(mig.placement.values())),
+                        # every tree was stopped from the start to the release
+                        stopped=body["duration"])
         info = {**body, "ok": ok, "error": error}
         actions: list = []
-        if checkpoint:
+        if mig is not None:
+            actions.append(Notice(f"migration of {len(mig.moving)} trees "
+                                  + ("done" if ok else f"FAILED: {error}")
+                                  + f" in {body['duration']:.3f} s"))
+        elif checkpoint:
             self.last_checkpoint = info
             if ok:
                 self.generation = rnd.generation

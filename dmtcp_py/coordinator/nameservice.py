@@ -96,6 +96,10 @@ class NameService:
         return [(a, Matched(generation=generation, peers=answers[a], udp=udp_addresses))
                 for a in sorted(participants)]
 
+    def connections(self) -> dict[str, tuple[int, int]]:
+        """The last matching's connections: id -> the agents of its ends."""
+        return dict(self._conn_agents)
+
     def participants_changed(self, participants: set[int]) -> list[tuple[int, Matched]]:
         """An agent left: the others may be complete now (the round fails
         anyway, but nobody must wait for ever)."""

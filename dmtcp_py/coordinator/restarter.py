@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dmtcp_py.coordinator import restart_script
-from dmtcp_py.coordinator.machine import RestartGeneration
+from dmtcp_py.coordinator.machine import MoveTrees, RestartGeneration
 from dmtcp_py.paths import hostname, run_dir
 
 log = logging.getLogger("coordinator")
@@ -24,8 +24,10 @@ log = logging.getLogger("coordinator")
 ERROR_PREFIX = "error: "
 
 
-def output_path(port: int) -> Path:
-    return run_dir() / f"recovery-{port}.out"
+def output_path(port: int, purpose: str = "recovery") -> Path:
+    """Where the restarted programs write: recovery-PORT.out, or for the
+    trees a migration moved, migration-PORT.out."""
+    return run_dir() / f"{purpose}-{port}.out"
 
 
 def reachable(listen_host: str) -> str:
@@ -33,24 +35,26 @@ def reachable(listen_host: str) -> str:
     return hostname() if listen_host in ("", "0.0.0.0", "::") else listen_host
 
 
-async def run(action: RestartGeneration, *, comp_id: str, listen_host: str, port: int,
-              token: str, ended: Callable[[int, str | None], None]) -> None:
+async def run(action: RestartGeneration | MoveTrees, *, comp_id: str, listen_host: str,
+              port: int, token: str, ended: Callable[[int, str | None], None]) -> None:
     """Start the restart; call ended(serial, error or None) when it exits."""
     host = reachable(listen_host)
+    purpose = "migration" if isinstance(action, MoveTrees) else "recovery"
     script = restart_script.render(action.images, comp_id=comp_id,
                                    generation=action.generation, coord_host=host,
-                                   coord_port=port, name="recovery")
+                                   coord_port=port, name=purpose)
     args = ["--coord-host", host, "--coord-port", str(port), "--join"]
     for old, new in action.placement:
         if old != new:
             args += ["--map", f"{old}={new}"]
     for lost in action.lost_hosts:
         args += ["--lost", lost]
-    out = output_path(port)
+    out = output_path(port, purpose)
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, f"--- recovery attempt {action.attempt}: generation "
-                     f"{action.generation} ---\n".encode())
+        title = (f"migration {action.serial}" if isinstance(action, MoveTrees)
+                 else f"recovery attempt {action.attempt}")
+        os.write(fd, f"--- {title}: generation {action.generation} ---\n".encode())
         proc = await asyncio.create_subprocess_exec(
             "bash", "-c", script, "recovery", *args,
             stdin=asyncio.subprocess.DEVNULL, stdout=fd, stderr=fd,
@@ -60,8 +64,7 @@ async def run(action: RestartGeneration, *, comp_id: str, listen_host: str, port
         return
     finally:
         os.close(fd)
-    log.info("recovery attempt %d: restart running as pid %d, output in %s",
-             action.attempt, proc.pid, out)
+    log.info("%s: restart running as pid %d, output in %s", title, proc.pid, out)
     code = await proc.wait()
     ended(action.serial, None if code == 0 else _last_error(out, code))
 

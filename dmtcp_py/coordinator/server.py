@@ -14,6 +14,7 @@ from dmtcp_py.coordinator.machine import (
     GenerationComplete,
     Notice,
     ReplyClient,
+    MoveTrees,
     RestartGeneration,
     SendAgent,
     Shutdown,
@@ -125,6 +126,11 @@ class CoordinatorServer:
                 self.apply(m.quit(client_id))
             case Cmd.INTERVAL:
                 self.apply(m.set_interval(client_id, msg.seconds, now, auto=msg.auto))
+            case Cmd.MIGRATE:
+                self.apply(m.migrate(client_id, msg.trees, now, to=msg.to,
+                                     with_group=msg.with_group))
+            case Cmd.VACATE:
+                self.apply(m.migrate(client_id, (), now, to=msg.to, vacate=msg.host))
 
     # ---- actions -------------------------------------------------------------
 
@@ -144,7 +150,7 @@ class CoordinatorServer:
                 conn = self._conns.get(action.agent_id)
                 if conn is not None:
                     conn.close("silent")
-            elif isinstance(action, RestartGeneration):
+            elif isinstance(action, (RestartGeneration, MoveTrees)):
                 self._start_restart(action)
             elif isinstance(action, Shutdown):
                 self.notice(f"exiting: {action.reason}")
@@ -161,11 +167,17 @@ class CoordinatorServer:
             frame = frames[id(message)] = messages.encode(message)
         return frame
 
-    def _start_restart(self, action: RestartGeneration) -> None:
-        def ended(serial: int, error: str | None) -> None:
-            self.apply(self.machine.restart_command_ended(serial, error, time.monotonic()))
+    def _start_restart(self, action: RestartGeneration | MoveTrees) -> None:
+        moving = isinstance(action, MoveTrees)
 
-        self.notice(f"recovery: the restarted programs write to {restarter.output_path(self.port)}")
+        def ended(serial: int, error: str | None) -> None:
+            m, now = self.machine, time.monotonic()
+            self.apply(m.migration_command_ended(serial, error, now) if moving
+                       else m.restart_command_ended(serial, error, now))
+
+        purpose = "migration" if moving else "recovery"
+        self.notice(f"{purpose}: the restarted programs write to "
+                    f"{restarter.output_path(self.port, purpose)}")
         task = asyncio.get_running_loop().create_task(restarter.run(
             action, comp_id=self.machine.comp_id, listen_host=self.host, port=self.port,
             token=self.token, ended=ended))

@@ -46,6 +46,16 @@ class Cmd(enum.Enum):
     KILL = "kill"
     QUIT = "quit"
     INTERVAL = "interval"
+    MIGRATE = "migrate"
+    VACATE = "vacate"
+
+
+class Move(enum.Enum):
+    """A tree's part in a migration round (issue 16): it moves (dumped,
+    restored elsewhere, then its old copy ends), or it stays (never
+    dumped; its connections with moving trees are made again)."""
+    GO = "go"
+    STAY = "stay"
 
 
 def _at_least(low: float, default: Any = dataclasses.MISSING):
@@ -431,11 +441,22 @@ class Barrier(Message):
     stop: bool = False                     # the trees end after the dump
     num_trees: int = _at_least(1, 1)
     failed_conns: tuple[str, ...] = ()     # connections not to refill
+    move: Move | None = None               # a migration round: this tree's part
+    reconnect: tuple[str, ...] = ()        # STAY, CHECKPOINTED: connections to make again
+    rollback: bool = False                 # REFILLED: the migration failed; all as it was
 
 
 @_message("kill")
 @dataclass(frozen=True)
 class Kill(Message):
+    moved_to: str = ""  # the tree runs on there now: its old copy ends, no failure
+
+
+# coordinator -> agent: the migration failed; stop making connections
+# again (what waits for the moved trees' new copies gives up)
+@_message("cancel_move")
+@dataclass(frozen=True)
+class CancelMove(Message):
     pass
 
 
@@ -482,6 +503,10 @@ class Command(Message):
     progress: bool = False     # checkpoint: send Progress while it runs
     seconds: float = _at_least(0.0, 0.0)  # interval
     auto: bool = False         # interval: the coordinator chooses it (seconds unused)
+    trees: tuple[str, ...] = ()  # migrate: tree ids, or HOST:PID of a process in each
+    to: str = ""               # migrate, vacate: the host they go to ("": their own)
+    host: str = ""             # vacate: the host every tree leaves
+    with_group: bool = False   # migrate: with the trees each one talks to most
 
 
 # coordinator -> client.  What a reply holds depends on the command (status

@@ -1,0 +1,190 @@
+"""Migration (issue 16): the pure choices (coordinator/migration.py) and the
+coordinator machine's migration round, driven in memory."""
+from __future__ import annotations
+
+import pytest
+
+from dmtcp_py.coordinator import migration
+from dmtcp_py.coordinator.machine import MoveTrees, Notice, RoundKind
+from dmtcp_py.coordinator.migration import MigrationError, TreeRef
+from dmtcp_py.protocol.messages import (Barrier, CancelMove, Endpoint, Kill, Move, ProcInfo,
+                                        Peers, Refused, Sockets, Welcome)
+from dmtcp_py.protocol.states import State
+from tests.unit.test_machine import CLIENT, COMP, Sim, image_of, of_type, only_reply, sent
+
+TREES = [TreeRef(1, "t1", "h1", (100, 5, 6)), TreeRef(2, "t2", "h1", (200, 5)),
+         TreeRef(3, "t3", "h2", (300, 7))]
+
+
+# ---- the pure choices ------------------------------------------------------------
+
+def test_trees_are_named_by_id_or_by_host_and_pid():
+    assert migration.resolve(["t3"], TREES) == [3]
+    assert migration.resolve(["h1:100", "h2:7", "t3"], TREES) == [1, 3]
+    with pytest.raises(MigrationError, match="no tree 'h2:100'"):
+        migration.resolve(["h2:100"], TREES)
+    with pytest.raises(MigrationError, match="no tree named"):
+        migration.resolve([], TREES)
+
+
+def test_a_pid_two_trees_share_names_neither():
+    """Trees in PID namespaces of their own have the same small pids."""
+    with pytest.raises(MigrationError, match="h1:5 is a process of 2 trees"):
+        migration.resolve(["h1:5"], TREES)
+
+
+def test_vacating_a_host_moves_its_trees_only():
+    assert migration.on_host("h1", TREES) == [1, 2]
+    with pytest.raises(MigrationError, match="no tree runs on 'h9'"):
+        migration.on_host("h9", TREES)
+
+
+def test_placement_and_groups():
+    assert migration.placement(["h1", "h2", "h1"], "h4") == {"h1": "h4", "h2": "h4"}
+    assert migration.placement(["h1", "h2"], "") == {"h1": "h1", "h2": "h2"}
+    groups = [["t1", "t2"], ["t3"], ["t4", "t5"]]
+    assert migration.with_groups({"t2"}, groups) == {"t1", "t2"}
+    assert migration.with_groups({"t3", "t5"}, groups) == {"t3", "t4", "t5"}
+
+
+def test_only_connections_between_a_staying_and_a_moving_tree_are_made_again():
+    ends = {"a|b": (1, 2), "b|c": (2, 3), "c|d": (3, 4), "d|e": (2, 2)}
+    assert migration.reconnects(ends, {2}) == {1: {"a|b"}, 3: {"b|c"}}
+    assert migration.reconnects(ends, {2, 3}) == {1: {"a|b"}, 4: {"c|d"}}
+
+
+# ---- the round ----------------------------------------------------------------------
+
+def ring(sim: Sim) -> list[int]:
+    """Three trees t1 -> t2 -> t3 -> t1, each with its processes reported."""
+    ids = sim.join(3)
+    for a in ids:
+        sim.send(a, Peers(procs=(ProcInfo(pid=10 * a, name="prog"),)))
+    return ids
+
+
+def drain_ring(sim: Sim) -> list:
+    """Every tree reports its two ring connections; then DRAINED."""
+    sim.step(State.SUSPENDED)
+    sim.step(State.FD_LEADER_ELECTION)
+    for a in (1, 2, 3):
+        nxt, prev = a % 3 + 1, (a + 1) % 3 + 1
+        sim.send(a, Sockets(generation=sim.m.round.generation, endpoints=(
+            Endpoint(local=f"out{a}", peer=f"in{nxt}"), Endpoint(local=f"in{a}", peer=f"out{prev}"))))
+    return sim.step(State.DRAINED)
+
+
+def migrate(sim: Sim, *trees: str, to: str = "h9") -> list:
+    return sim._record(sim.m.migrate(CLIENT, trees, sim.now, to=to))
+
+
+def test_a_tree_moves_and_the_others_only_make_their_connections_to_it_again():
+    sim = Sim()
+    ids = ring(sim)
+    actions = migrate(sim, "t2")
+    assert [a.agent_id for a in sent(actions, Barrier)] == ids
+    assert sim.m.round.kind is RoundKind.MIGRATE
+    gen = sim.m.round.generation
+    parts = {a.agent_id: a.message for a in sent(drain_ring(sim), Barrier)}
+    assert parts[2].move is Move.GO and parts[2].num_trees == 1
+    assert parts[1].move is Move.STAY and parts[1].reconnect == ("in2|out1",)
+    assert parts[3].move is Move.STAY and parts[3].reconnect == ("in3|out2",)
+    assert sim.report(1, State.CHECKPOINTED) == []
+    moved = of_type(sim.report(2, State.CHECKPOINTED, image=image_of(2)), MoveTrees)
+    assert [(m.generation, m.placement) for m in moved] == [(gen, (("host2", "h9"),))]
+    assert [i.tree_id for i in moved[0].images] == ["t2"]
+    assert sim.report(3, State.CHECKPOINTED) == []  # waits for the new copy
+    # the new copy of t2 joins, restored on h9
+    new, joined = sim.restart_join(comp_id=COMP, generation=gen, tree_id="t2", host="h9")
+    assert sent(joined, Welcome)
+    actions = sim.report(new, State.CHECKPOINTED)
+    assert [(k.agent_id, k.message.moved_to) for k in sent(actions, Kill)] == [(2, "h9")]
+    assert [b.agent_id for b in sent(actions, Barrier)] == [1, 3, new]
+    assert not any(b.message.rollback for b in sent(actions, Barrier))
+    sim.step(State.REFILLED)
+    sim.step(State.RUNNING)
+    reply = only_reply(sim.log, CLIENT)
+    assert reply.ok and reply.body["moved"] == ["t2"] and reply.body["to"] == ["h9"]
+    assert sim.m.round is None
+    # the old copy's end is no failure
+    actions = sim.leave(2)
+    assert not any("LOST" in n.text for n in of_type(actions, Notice))
+    assert sim.m.last_failure is None and sim.m.generation == 0
+    assert sorted(a.tree_id for a in sim.m.agents.values()) == ["t1", "t2", "t3"]
+
+
+def test_a_staying_tree_that_cannot_reconnect_calls_it_off():
+    sim = Sim()
+    ring(sim)
+    migrate(sim, "t2")
+    drain_ring(sim)
+    actions = sim.report(1, State.CHECKPOINTED, ok=False, error="cannot connect")
+    assert [a.agent_id for a in sent(actions, CancelMove)] == [3]
+    sim.report(2, State.CHECKPOINTED, image=image_of(2))
+    assert not of_type(sim.log, MoveTrees)
+    actions = sim.report(3, State.CHECKPOINTED, ok=False, error="called off")
+    barriers = sent(actions, Barrier)
+    assert [b.agent_id for b in barriers] == [1, 2, 3] and all(b.message.rollback for b in barriers)
+    sim.step(State.REFILLED)
+    sim.step(State.RUNNING)
+    reply = only_reply(sim.log, CLIENT)
+    assert not reply.ok and "cannot connect" in reply.error
+    assert not sent(sim.log, Kill)
+
+
+@pytest.mark.parametrize("how", ["command", "new copy fails", "timeout"])
+def test_a_failed_restore_puts_everything_back(how):
+    sim = Sim()
+    ring(sim)
+    migrate(sim, "t2")
+    drain_ring(sim)
+    gen = sim.m.round.generation
+    sim.report(1, State.CHECKPOINTED)
+    [move] = of_type(sim.report(2, State.CHECKPOINTED, image=image_of(2)), MoveTrees)
+    if how == "command":
+        actions = sim._record(sim.m.migration_command_ended(move.serial, "ssh: no route", sim.now))
+    elif how == "new copy fails":
+        new, _ = sim.restart_join(comp_id=COMP, generation=gen, tree_id="t2", host="h9")
+        actions = sim.report(new, State.CHECKPOINTED, ok=False, error="pid 5 is taken")
+        assert [k.agent_id for k in sent(actions, Kill)] == [new]
+    else:
+        assert not sent(sim.tick(sim.m.policy.restart_timeout - 1), CancelMove)
+        actions = sim.tick(sim.m.policy.restart_timeout + 1)
+    # (t1 made its connection already: it is not told; its REFILLED rolls back)
+    assert [a.agent_id for a in sent(actions, CancelMove)] == [3]
+    # a late copy is refused
+    _, late = sim.restart_join(comp_id=COMP, generation=gen, tree_id="t2", host="h9")
+    assert sent(late, Refused)
+    actions = sim.report(3, State.CHECKPOINTED, ok=False, error="called off")
+    assert all(b.message.rollback for b in sent(actions, Barrier))
+    assert [b.agent_id for b in sent(actions, Barrier)] == [1, 2, 3]
+    sim.step(State.REFILLED)
+    sim.step(State.RUNNING)
+    assert not only_reply(sim.log, CLIENT).ok
+    assert not [k for k in sent(sim.log, Kill) if k.agent_id in (1, 2, 3)]
+
+
+def test_migrations_are_refused_while_busy_or_for_unknown_trees():
+    sim = Sim()
+    ring(sim)
+    reply = only_reply(migrate(sim, "nope"), CLIENT)
+    assert not reply.ok and "no tree 'nope'" in reply.error
+    sim.checkpoint(client=None)
+    reply = only_reply(sim._record(sim.m.migrate(CLIENT + 1, ("t1",), sim.now)), CLIENT + 1)
+    assert "a checkpoint is in progress" in reply.error
+    sim.advance_to(None)
+    reply = only_reply(sim._record(sim.m.migrate(CLIENT + 3, (), sim.now, vacate="h1", to="h1")),
+                       CLIENT + 3)
+    assert "is the host being vacated" in reply.error
+    migrate(sim, "t1")
+    actions = sim.checkpoint(client=CLIENT + 2)
+    assert "a migration is in progress" in only_reply(actions, CLIENT + 2).error
+
+
+def test_a_moving_tree_leaving_calls_the_migration_off():
+    sim = Sim()
+    ring(sim)
+    migrate(sim, "t2")
+    drain_ring(sim)
+    actions = sim.leave(2)
+    assert [a.agent_id for a in sent(actions, CancelMove)] == [1, 3]
