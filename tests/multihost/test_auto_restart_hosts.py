@@ -57,9 +57,14 @@ class Healing:
         self.procs: list[subprocess.Popen] = []
         self.coordinator = self.popen(self.head, "coordinator", [
             BIN / "dmtcp-coordinator", "--listen", self.head.addr, "-p", COORD_PORT,
-            "--ckptdir", self.ckptdir, "--auto-restart", "--interval", "2",
-            "--hosts", ",".join(h.name for h in net.hosts[1:]), "-q", *options])
+            "--ckptdir", self.ckptdir, *self.policy(net), "-q", *options])
         wait_for(lambda: self.command("-s", check=False).returncode == 0, what="the coordinator")
+
+    @staticmethod
+    def policy(net: TestNetwork) -> list[str]:
+        """The coordinator's options for healing (h1 has the coordinator)."""
+        return ["--auto-restart", "--interval", "2",
+                "--hosts", ",".join(h.name for h in net.hosts[1:])]
 
     def popen(self, host, label: str, argv: list) -> subprocess.Popen:
         out = self.root / f"{len(self.procs):02d}-{label}-{host.name}.out"
