@@ -129,7 +129,9 @@ class TreeWork:
                 _no_failure_inside([p.pid for p in procs])
             m = await loop.run_in_executor(None, ckpt.save_files, facts, self.net.table)
             if moving:
-                await loop.run_in_executor(None, lambda: ckpt.finish(compressed=False))
+                # (not durable: if this host fails meanwhile, its tree is gone anyway)
+                await loop.run_in_executor(None, lambda: ckpt.finish(compressed=False,
+                                                                     durable=False))
                 self._moved = ckpt
                 self.net.release_listeners()
             gone = step.stop and not moving

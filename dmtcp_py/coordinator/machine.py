@@ -159,6 +159,9 @@ class Migration:
     started: bool = False               # the moving trees' restart runs
     aborted: bool = False               # it failed: everything goes back as it was
     dumped_at: float | None = None      # every moving tree dumped
+    # bystanders: staying trees that share no connection with a moving
+    # one, released on their own once drained -> the state each waits on
+    early: dict[int, State] = field(default_factory=dict)
 
 
 @dataclass
@@ -310,6 +313,9 @@ class CoordinatorMachine:
         self.names.agent_left(agent_id)
         self.traffic.forget(agent.tree_id)
         rnd = self.round
+        if rnd is not None and rnd.migration is not None \
+                and rnd.migration.early.pop(agent_id, None) is not None:
+            actions += self._maybe_advance(now)  # (a bystander: the round may end now)
         if rnd is not None and agent_id in rnd.participants:
             rnd.participants.discard(agent_id)
             rnd.reached.discard(agent_id)
@@ -393,6 +399,9 @@ class CoordinatorMachine:
     def _reached(self, agent: Agent, msg: Reached, now: float) -> list:
         rnd = self.round
         state = msg.state
+        if rnd is not None and rnd.migration is not None \
+                and agent.agent_id in rnd.migration.early:
+            return self._bystander_reached(agent, msg, now)
         if rnd is None or agent.agent_id not in rnd.participants or state is not rnd.state:
             return [Notice(f"{agent.label()} reported {state.value} out of turn")]
         agent.state = state
@@ -638,6 +647,15 @@ class CoordinatorMachine:
             else:
                 mig.reconnect = migration.reconnects(self.names.connections(),
                                                      set(mig.moving.values()))
+                # bystanders need not wait for the move: released now
+                stay = {a for a in rnd.participants
+                        if a not in mig.moving.values() and a not in mig.reconnect}
+                rnd.participants -= stay
+                for agent_id in sorted(stay):
+                    mig.early[agent_id] = State.CHECKPOINTED
+                    actions.append(SendAgent(agent_id, Barrier(
+                        state=State.CHECKPOINTED, generation=rnd.generation,
+                        num_trees=1, move=Move.STAY)))
         elif rnd.state is State.CHECKPOINTED and not mig.aborted:
             if len(mig.arrived) < len(mig.moving):
                 return []  # the new copies are still being restored
@@ -650,10 +668,28 @@ class CoordinatorMachine:
                     actions.append(SendAgent(agent_id, Kill(
                         moved_to=mig.placement.get(old.host, old.host))))
         elif rnd.state is State.RUNNING:
-            return self._finish(now)
+            return [] if mig.early else self._finish(now)
         rnd.state = next_state(rnd.state)
         rnd.reached = set()
         return actions + self._broadcast(rnd)
+
+    def _bystander_reached(self, agent: Agent, msg: Reached, now: float) -> list:
+        """A bystander goes CHECKPOINTED -> REFILLED -> RUNNING on its own;
+        then it is out of the round (which ends only after that)."""
+        rnd = self.round
+        assert rnd is not None and rnd.migration is not None
+        early = rnd.migration.early
+        if msg.state is not early[agent.agent_id]:
+            return [Notice(f"{agent.label()} reported {msg.state.value} out of turn")]
+        agent.state = msg.state
+        if not msg.ok:
+            rnd.errors.append(f"{agent.label()}: {msg.error or 'failed'}")
+        if msg.state is State.RUNNING:
+            del early[agent.agent_id]
+            return self._maybe_advance(now)
+        early[agent.agent_id] = next_state(msg.state)
+        return [SendAgent(agent.agent_id, Barrier(state=early[agent.agent_id],
+                                                  generation=rnd.generation, num_trees=1))]
 
     def _migration_barriers(self, rnd: Round, msg: Barrier) -> list:
         """A migration's CHECKPOINTED says each tree's part; its REFILLED

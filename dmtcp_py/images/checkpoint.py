@@ -105,7 +105,7 @@ class Checkpoint:
         self.steps["manifest"] = time.monotonic()
         return self.manifest
 
-    def finish(self, *, compressed: bool) -> list[Path]:
+    def finish(self, *, compressed: bool, durable: bool = True) -> list[Path]:
         """Compress (if asked), checksum, write the manifest once, make it
         all durable and give it the image's name.  Returns the expired
         generations, already out of the way, for the caller to delete."""
@@ -113,11 +113,11 @@ class Checkpoint:
         m = self.manifest
         if compressed and compress.compress(self.partial):
             m = replace(m, compression=compress.NAME)
-        sealed = integrity.seal(self.partial)
+        sealed = integrity.seal(self.partial, durable)
         m = replace(m, files=sealed.sizes, blake3=sealed.digests)
         self.manifest = m
         m.write(self.partial)
-        return store.publish(self.partial, self.final)
+        return store.publish(self.partial, self.final, durable)
 
     def discard(self) -> None:
         store.discard(self.partial)

@@ -108,7 +108,7 @@ class Sealed:
     digests: dict[str, str]
 
 
-def _seal_one(path: str, flusher: Executor | None) -> tuple[int, str]:
+def _seal_one(path: str, flusher: Executor | None, durable: bool = True) -> tuple[int, str]:
     """(size, digest) of one file, made private; a big one made durable
     too (by the flusher while it is hashed, if there is one).  A small
     one is left to seal()'s syncfs."""
@@ -122,7 +122,7 @@ def _seal_one(path: str, flusher: Executor | None) -> tuple[int, str]:
         digest = _hash_fd(fd)
         if flushed is not None:
             flushed.result()
-        elif big:
+        elif big and durable:
             os.fsync(fd)
         return st.st_size, digest
     finally:
@@ -150,21 +150,24 @@ def _syncfs(directory: Path) -> None:
         os.close(fd)
 
 
-def seal(directory: Path) -> Sealed:
+def seal(directory: Path, durable: bool = True) -> Sealed:
     """Make every file of an image but its manifest private (0600) and
     durable, and take its size and digest: one open and one read of each,
-    the biggest first.  Files are not expected to change meanwhile."""
+    the biggest first.  Files are not expected to change meanwhile.
+    durable=False: no fsync (an image that only carries a migration: its
+    tree is still there if the host fails meanwhile)."""
     entries = [e for e in os.scandir(directory)
                if e.is_file(follow_symlinks=False) and e.name != MANIFEST]
     sizes = {e.name: e.stat(follow_symlinks=False).st_size for e in entries}
     entries.sort(key=lambda e: (-sizes[e.name], e.name))
     if sum(sizes.values()) < SEAL_INLINE:
-        done = [_seal_one(e.path, None) for e in entries]
+        done = [_seal_one(e.path, None, durable) for e in entries]
     else:
         with ThreadPoolExecutor(max_workers=_workers()) as pool, \
                 ThreadPoolExecutor(max_workers=1) as flusher:
-            done = list(pool.map(lambda e: _seal_one(e.path, flusher), entries))
-    if any(size < FLUSH_APART for size in sizes.values()):
+            done = list(pool.map(
+                lambda e: _seal_one(e.path, flusher if durable else None, durable), entries))
+    if durable and any(size < FLUSH_APART for size in sizes.values()):
         _syncfs(directory)
     by_name = sorted(zip((e.name for e in entries), done))
     return Sealed(sizes={name: size for name, (size, _) in by_name},

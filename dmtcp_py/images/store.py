@@ -97,7 +97,7 @@ def directory_bytes(directory: Path) -> int:
     return total
 
 
-def publish(partial: Path, final: Path) -> list[Path]:
+def publish(partial: Path, final: Path, durable: bool = True) -> list[Path]:
     """Give partial (complete, its files sealed, its manifest written and
     fsynced) the name final, atomically.
 
@@ -105,7 +105,8 @@ def publish(partial: Path, final: Path) -> list[Path]:
     out of the way under hidden names: deleting a GiB-sized image takes
     about half a second here, so the caller does it after replying."""
     os.chmod(partial, 0o700)
-    _fsync_path(partial, directory=True)
+    if durable:
+        _fsync_path(partial, directory=True)
     parent = final.parent
     if final.exists():
         old_gen = _generation_of(final)
@@ -117,7 +118,8 @@ def publish(partial: Path, final: Path) -> list[Path]:
     else:
         os.rename(partial, final)
         expired = []
-    _fsync_path(parent, directory=True)
+    if durable:
+        _fsync_path(parent, directory=True)
     return expired
 
 

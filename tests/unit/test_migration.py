@@ -188,3 +188,53 @@ def test_a_moving_tree_leaving_calls_the_migration_off():
     drain_ring(sim)
     actions = sim.leave(2)
     assert [a.agent_id for a in sent(actions, CancelMove)] == [1, 3]
+
+
+def test_a_bystander_is_released_at_once_and_the_round_ends_after_it():
+    sim = Sim()
+    ring(sim)
+    [quiet] = sim.join(1)
+    migrate(sim, "t2")
+    sim.step(State.SUSPENDED)
+    sim.step(State.FD_LEADER_ELECTION)
+    for a in (1, 2, 3):
+        nxt, prev = a % 3 + 1, (a + 1) % 3 + 1
+        sim.send(a, Sockets(generation=sim.m.round.generation, endpoints=(
+            Endpoint(local=f"out{a}", peer=f"in{nxt}"), Endpoint(local=f"in{a}", peer=f"out{prev}"))))
+    sim.send(quiet, Sockets(generation=sim.m.round.generation))
+    actions = sim.step(State.DRAINED)
+    alone = [b.message for b in sent(actions, Barrier) if b.agent_id == quiet]
+    assert [(b.state, b.move, b.reconnect) for b in alone] == [(State.CHECKPOINTED, Move.STAY, ())]
+    assert quiet not in sim.m.round.participants
+    assert [b.message.state for b in sent(sim.report(quiet, State.CHECKPOINTED), Barrier)] \
+        == [State.REFILLED]
+    assert [b.message.state for b in sent(sim.report(quiet, State.REFILLED), Barrier)] \
+        == [State.RUNNING]
+    # the others move on meanwhile; the round ends only once the bystander runs
+    sim.report(1, State.CHECKPOINTED)
+    sim.report(2, State.CHECKPOINTED, image=image_of(2))
+    sim.report(3, State.CHECKPOINTED)
+    new, _ = sim.restart_join(comp_id=COMP, generation=sim.m.round.generation, tree_id="t2")
+    sim.report(new, State.CHECKPOINTED)
+    sim.step(State.REFILLED)
+    sim.step(State.RUNNING)
+    assert sim.m.round is not None
+    sim.report(quiet, State.RUNNING)
+    assert sim.m.round is None and only_reply(sim.log, CLIENT).ok
+
+
+def test_a_bystander_leaving_does_not_hold_the_round():
+    sim = Sim()
+    [a, b] = sim.join(2)
+    migrate(sim, "t1")
+    sim.advance_to(State.DRAINED)
+    for x in (a, b):
+        sim.send(x, Sockets(generation=sim.m.round.generation))
+    sim.step(State.DRAINED)
+    sim.leave(b)
+    sim.report(a, State.CHECKPOINTED, image=image_of(a))
+    new, _ = sim.restart_join(comp_id=COMP, generation=sim.m.round.generation, tree_id="t1")
+    sim.report(new, State.CHECKPOINTED)
+    sim.step(State.REFILLED)
+    sim.step(State.RUNNING)
+    assert sim.m.round is None and only_reply(sim.log, CLIENT).ok
