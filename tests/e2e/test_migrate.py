@@ -108,3 +108,29 @@ def test_bad_migrations_are_one_line_errors(comp, programs):
         assert res.returncode != 0 and words in res.stderr, (args, res.stderr)
         assert len(res.stderr.strip().splitlines()) == 1
     comp.kill_and_wait(proc)
+
+
+def test_a_tree_moves_with_its_group(comp, programs, moved_output):
+    """--with-group: the client of a streaming pair moves with its server
+    (their edge in --graph); the quiet tree stays."""
+    where = ["127.0.0.1", str(free_port())]
+    server, sout = comp.launch(*programs["net_stream"], "server", *where, "2500", "10")
+    wait_for(lambda: sout.exists() and "listening" in sout.read_text(), what="the server")
+    client, cout = comp.launch(*programs["net_stream"], "client", *where, "2500", "10")
+    quiet, _ = comp.launch(*programs["counter_single"], "100000", "50")
+    comp.wait_peers(3)
+    trees = _trees(comp)
+    wait_for(lambda: any(len(g) == 2 for g in json.loads(comp.command(
+        "--graph", "--json").stdout)["groups"]), timeout=60, what="the pair's group")
+    res = comp.command("--migrate", _tree_of(trees, client.pid), "--with-group", "--json")
+    body = json.loads(res.stdout)
+    pair = sorted([_tree_of(trees, server.pid), _tree_of(trees, client.pid)])
+    assert body["moved"] == pair, body
+    for proc in (server, client):
+        assert proc.wait(timeout=TIMEOUT) == 0, proc.err_path.read_text()
+    quiet_id = _tree_of(trees, quiet.pid)
+    assert _trees(comp)[quiet_id]["agent_pid"] == quiet.pid
+    wait_for(lambda: moved_output.read_text().count("done 2500") == 2, timeout=120,
+             what="both moved ends to finish")
+    assert "FAIL" not in moved_output.read_text()
+    comp.kill_and_wait(quiet)
