@@ -81,6 +81,7 @@ class Network:
         # their ports: both come back if the migration fails (roll_back)
         self._before_move: dict[int, tuple[socket.socket, drain.Drained | None, bool | None]] = {}
         self._released: set[int] = set()
+        self._repointed: set[int] = set()
         self._move_cancelled: asyncio.Future | None = None
 
     # ---- messages from the coordinator ----------------------------------------
@@ -251,6 +252,8 @@ class Network:
         the new socket.  The old socket is kept until the round ends.
         Raises if a connection cannot be made, or the migration is called
         off (CancelMove) while waiting."""
+        self._publish_datagram_sockets(reach_ip)
+        await self._repoint_datagram_sockets(conns)
         todo = {ino: c for ino, c in self.conns.items() if c.conn in conns}
         if not todo:
             return
@@ -285,6 +288,40 @@ class Network:
                 self._shut_after[ino] = d.self_shut_wr
         log.info("made %d connections again toward the moved trees", len(todo))
 
+    def _publish_datagram_sockets(self, reach_ip: str) -> None:
+        """Where each datagram socket is: a moved tree's socket connected
+        to one of ours looks it up, as at a restart."""
+        for e in self.entries.values():
+            if e.info.is_udp:
+                self._publish_udp(e.sock, e.info, reach_ip)
+
+    def _publish_udp(self, sock: socket.socket, info: SocketInfo, reach_ip: str) -> None:
+        here = sock.getsockname()
+        public = here[0] if here[0] not in ("0.0.0.0", "::") \
+            else _reach(socket.AddressFamily(info.family), reach_ip)
+        self._send(messages.Publish(key=f"udp:{info.key}", value=f"{public}|{here[1]}"))
+
+    async def _repoint_datagram_sockets(self, conns: frozenset[str]) -> None:
+        """Datagram sockets connected to a moving tree's socket: connected
+        to its new place (roll_back points them back)."""
+        for e in self.entries.values():
+            info = e.info
+            if not (info.is_udp and info.peer_key and f"udp:{info.peer_key}" in conns):
+                continue
+            where = await self._lookup_or_cancel(f"udp:{info.peer_key}")
+            e.sock.connect(_mapped(where, e.sock.getsockname()[0]))
+            self._repointed.add(e.info.ino)
+
+    async def _lookup_or_cancel(self, key: str) -> str:
+        cancelled = self._cancel_move()
+        lookup = asyncio.ensure_future(self._lookup(key, CONNECT_TIMEOUT))
+        await asyncio.wait({lookup, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+        if not lookup.done():
+            lookup.cancel()
+            await asyncio.gather(lookup, return_exceptions=True)
+            raise RuntimeError("the migration was called off")
+        return lookup.result()
+
     def release_listeners(self) -> None:
         """A moving tree, dumped: its listening sockets let go of their
         ports, for its new copy (which may be on this host) to bind.  (A
@@ -318,6 +355,11 @@ class Network:
             sock.listen(socket.SOMAXCONN)
             e.sock = sock
         self._released = set()
+        for ino in sorted(self._repointed):
+            e = self.entries[ino]
+            if e.info.peer:
+                e.sock.connect(e.info.peer)
+        self._repointed = set()
         for w in self.warnings:
             log.warning("%s", w)
 
@@ -354,7 +396,7 @@ class Network:
             e.sock.close()
         for sock, _, _ in self._before_move.values():
             sock.close()
-        self._before_move, self._released = {}, set()
+        self._before_move, self._released, self._repointed = {}, set(), set()
         self._move_cancelled = None
         self.entries, self.conns, self.drained, self.datagrams = {}, {}, {}, {}
         self.outside, self.peer_known = set(), {}
@@ -441,8 +483,7 @@ class Network:
             fdtable.set_options(sock, info.options)
             self._bind(sock, family, info.local)
             here = sock.getsockname()
-            public = here[0] if here[0] not in ("0.0.0.0", "::") else _reach(family, reach_ip)
-            self._send(messages.Publish(key=f"udp:{info.key}", value=f"{public}|{here[1]}"))
+            self._publish_udp(sock, info, reach_ip)
             if info.peer:
                 peer = info.peer
                 if row.peer_known:

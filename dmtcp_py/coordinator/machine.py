@@ -646,7 +646,8 @@ class CoordinatorMachine:
                 mig.aborted = True  # nobody is dumped; all refill as after a checkpoint
             else:
                 mig.reconnect = migration.reconnects(self.names.connections(),
-                                                     set(mig.moving.values()))
+                                                     set(mig.moving.values()),
+                                                     self.names.datagram_ends())
                 # bystanders need not wait for the move: released now
                 stay = {a for a in rnd.participants
                         if a not in mig.moving.values() and a not in mig.reconnect}

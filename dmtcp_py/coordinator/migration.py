@@ -79,13 +79,24 @@ def placement(hosts: Iterable[str], to: str) -> dict[str, str]:
     return {h: (to or h) for h in sorted(set(hosts))}
 
 
-def reconnects(conn_ends: Mapping[str, tuple[int, int]], moving: set[int]) -> dict[int, set[str]]:
+UDP = "udp:"  # a datagram socket's peer to look up again, as a reconnect entry
+
+
+def reconnects(conn_ends: Mapping[str, tuple[int, int]], moving: set[int],
+               datagram_ends: Iterable[tuple[int, str, str]] = ()) -> dict[int, set[str]]:
     """The connections each staying agent makes again: those whose other
     end moves.  (Both ends moving: their images hold both; both staying:
-    the parked sockets go back as after a checkpoint.)"""
+    the parked sockets go back as after a checkpoint.)  A staying datagram
+    socket connected to a moving one's address is pointed at its new place
+    (UDP + that address)."""
     out: dict[int, set[str]] = {}
     for conn, (a, b) in conn_ends.items():
         if (a in moving) == (b in moving):
             continue
         out.setdefault(b if a in moving else a, set()).add(conn)
+    ends = list(datagram_ends)
+    moved = {local for agent, local, _ in ends if agent in moving}
+    for agent, _, peer in ends:
+        if agent not in moving and peer in moved:
+            out.setdefault(agent, set()).add(UDP + peer)
     return out

@@ -35,6 +35,9 @@ class NameService:
         self._reports: dict[int, tuple[Endpoint, ...]] = {}
         self._generation: int | None = None
         self._conn_agents: dict[str, tuple[int, int]] = {}
+        # the last matching's datagram sockets: (agent, own address, the
+        # address it is connected to or "")
+        self._udp_ends: list[tuple[int, str, str]] = []
 
     # ---- names --------------------------------------------------------------
 
@@ -73,11 +76,13 @@ class NameService:
         # accepts has the same local address
         owner: dict[tuple[str, str], int] = {}
         udp: set[str] = set()  # datagram sockets: no connection, only addresses
+        self._udp_ends = []
         for agent_id in sorted(participants):
             for e in self._reports[agent_id]:
                 pair = (e.local, e.peer)
                 if e.udp:
                     udp.add(pair[0])
+                    self._udp_ends.append((agent_id, e.local, e.peer))
                 elif all(pair) and pair not in owner:
                     owner[pair] = agent_id
         answers: dict[int, dict[str, ConnMatch]] = {a: {} for a in participants}
@@ -99,6 +104,10 @@ class NameService:
     def connections(self) -> dict[str, tuple[int, int]]:
         """The last matching's connections: id -> the agents of its ends."""
         return dict(self._conn_agents)
+
+    def datagram_ends(self) -> list[tuple[int, str, str]]:
+        """The last matching's datagram sockets: (agent, address, peer or "")."""
+        return list(self._udp_ends)
 
     def participants_changed(self, participants: set[int]) -> list[tuple[int, Matched]]:
         """An agent left: the others may be complete now (the round fails

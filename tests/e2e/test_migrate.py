@@ -134,3 +134,24 @@ def test_a_tree_moves_with_its_group(comp, programs, moved_output):
              what="both moved ends to finish")
     assert "FAIL" not in moved_output.read_text()
     comp.kill_and_wait(quiet)
+
+
+def test_a_udp_receiver_moves_and_its_sender_stays(comp, programs, moved_output):
+    """Each connected to the other: the moved receiver finds the staying
+    sender's address again, the sender finds the receiver's new place;
+    no datagram lost, doubled or changed (net_udp checks every one)."""
+    rport, sport = str(free_port()), str(free_port())
+    receiver, rout = comp.launch(*programs["net_udp"], "receive", "127.0.0.1", rport,
+                                 "127.0.0.1", sport, "1500", "10")
+    wait_for(lambda: rout.exists() and "bound" in rout.read_text(), what="the receiver")
+    sender, _ = comp.launch(*programs["net_udp"], "send", "127.0.0.1", sport,
+                            "127.0.0.1", rport, "1500", "10")
+    comp.wait_peers(2)
+    wait_for(lambda: "received" in rout.read_text(), what="datagrams")
+    trees = _trees(comp)
+    moving = _tree_of(trees, receiver.pid)
+    comp.command("--migrate", moving, "--to", trees[moving]["host"])
+    assert receiver.wait(timeout=TIMEOUT) == 0, receiver.err_path.read_text()
+    assert sender.wait(timeout=TIMEOUT) == 0, sender.err_path.read_text()
+    wait_for(lambda: "done 1500" in moved_output.read_text(), what="the moved receiver's end")
+    assert "FAIL" not in moved_output.read_text() + sender.err_path.read_text()

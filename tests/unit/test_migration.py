@@ -238,3 +238,9 @@ def test_a_bystander_leaving_does_not_hold_the_round():
     sim.step(State.REFILLED)
     sim.step(State.RUNNING)
     assert sim.m.round is None and only_reply(sim.log, CLIENT).ok
+
+
+def test_a_staying_datagram_socket_connected_to_a_moving_one_is_pointed_again():
+    udp = [(1, "u1", "u2"), (2, "u2", "u1"), (3, "u3", ""), (4, "u4", "u3")]
+    assert migration.reconnects({}, {2}, udp) == {1: {"udp:u2"}}
+    assert migration.reconnects({}, {3}, udp) == {4: {"udp:u3"}}
