@@ -12,6 +12,9 @@ HELP = """Commands:
   g : who talks to whom (bytes per second between trees, groups)
   s : status
   c : checkpoint now
+  m TREE[,TREE...] [HOST] : move these trees (ids from l, or HOST:PID) to HOST
+      (else a fresh copy on their host) while the others run
+  v HOST [HOST2] : move every tree off HOST (to HOST2)
   i N : checkpoint every N seconds (0 disables)
   i auto : let the coordinator choose the interval (checkpoint cost, failures)
   k : kill the computation
@@ -48,6 +51,16 @@ def handle(line: str, server) -> str | None:
         return "\n".join(graph_view.lines(m.graph(now)))
     if cmd == "c":
         server.apply(m.request_checkpoint(None, now))
+        return None
+    if cmd in ("m", "v"):
+        if not args or len(args) > 2:
+            return "usage: m TREE[,TREE...] [HOST] | v HOST [HOST2]"
+        to = args[1] if len(args) > 1 else ""
+        if cmd == "m":
+            specs = tuple(t for t in args[0].split(",") if t)
+            server.apply(m.migrate(None, specs, now, to=to))
+        else:
+            server.apply(m.migrate(None, (), now, to=to, vacate=args[0]))
         return None
     if cmd == "i":
         auto = args[:1] == ["auto"]

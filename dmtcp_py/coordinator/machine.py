@@ -524,20 +524,26 @@ class CoordinatorMachine:
     def migrate(self, client_id: int | None, specs: tuple[str, ...], now: float, *,
                 to: str = "", vacate: str = "", with_group: bool = False) -> list:
         """Move the trees named (or every tree of the host vacated) to `to`,
-        or each to a fresh copy on its own host; every other tree stays."""
+        or each to a fresh copy on its own host; every other tree stays.
+        A refusal is also a notice (the console's, or the coordinator's own
+        --rebalance, have no client to answer)."""
+        def refuse(error: str) -> list:
+            return [Notice(f"migration refused: {error}"),
+                    *self._reply(client_id, False, error=error)]
+
         if self.recovery is not None:
-            return self._reply(client_id, False, error="a recovery is in progress")
+            return refuse("a recovery is in progress")
         if self.round is not None:
-            return self._reply(client_id, False, error=f"a {self.round.kind.noun} is in progress")
+            return refuse(f"a {self.round.kind.noun} is in progress")
         if vacate and to == vacate:
-            return self._reply(client_id, False, error=f"--to {to} is the host being vacated")
+            return refuse(f"--to {to} is the host being vacated")
         refs = [migration.TreeRef(a.agent_id, a.tree_id, a.host,
                                   (a.pid, *(p.pid for p in a.procs)))
                 for a in self.agents.values() if not a.dismissed]
         try:
             chosen = migration.on_host(vacate, refs) if vacate else migration.resolve(specs, refs)
         except migration.MigrationError as exc:
-            return self._reply(client_id, False, error=str(exc))
+            return refuse(str(exc))
         if with_group:
             names = migration.with_groups({self.agents[a].tree_id for a in chosen},
                                           self.traffic.graph(now)["groups"])

@@ -49,8 +49,10 @@ def test_console_commands(tmp_path, no_strays):
     console = subprocess.Popen([tool("dmtcp-coordinator"), "-p", "0", "--port-file", str(port_file)],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     wait_for(port_file.exists, what="the console coordinator")
-    out, _ = console.communicate("s\nh\ng\nbogus\nq\n", timeout=TIMEOUT)
+    out, _ = console.communicate("s\nh\ng\nm nope h2\nm\nv h9\nbogus\nq\n", timeout=TIMEOUT)
     assert "NUM_PEERS=0" in out
+    assert "migration refused: no tree 'nope'" in out
+    assert "usage: m TREE" in out and "migration refused: no tree runs on 'h9'" in out
     assert "c : checkpoint now" in out and "g : who talks to whom" in out
     assert "no traffic between trees seen yet" in out
     assert "unknown command 'bogus'" in out
