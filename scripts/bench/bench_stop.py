@@ -60,7 +60,9 @@ EXIT_TIMEOUT = bc.EXIT_TIMEOUT
 BASELINE_S = 0.5
 PROGRAM_NAME = "stop_gap"   # also its process name (under 16 characters)
 
-PROGRAM_C = r"""
+# what every gap-measuring program has (bench_migrate's too): SIGUSR1 asks
+# for the largest gap, now_ns() reads the clock, say() writes one line
+GAP_C_COMMON = r"""
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdint.h>
@@ -80,19 +82,6 @@ static void on_usr1(int sig)
     report = 1;
 }
 
-static void fill(uint64_t *buf, size_t words)
-{
-    uint64_t x = 0x9e3779b97f4a7c15ull ^ ((uint64_t)getpid() << 20) ^ (uint64_t)getpid();
-
-    for (size_t i = 0; i < words; i++) {    /* xorshift64: never 0, never repeats */
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        buf[i] = x;
-    }
-    keep = buf;
-}
-
 static int64_t now_ns(void)
 {
     struct timespec ts;
@@ -109,6 +98,22 @@ static void say(const char *what, long long value)
 
     if (write(1, line, (size_t)len) != len)
         _exit(3);
+}
+"""
+
+PROGRAM_C = GAP_C_COMMON + r"""
+
+static void fill(uint64_t *buf, size_t words)
+{
+    uint64_t x = 0x9e3779b97f4a7c15ull ^ ((uint64_t)getpid() << 20) ^ (uint64_t)getpid();
+
+    for (size_t i = 0; i < words; i++) {    /* xorshift64: never 0, never repeats */
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        buf[i] = x;
+    }
+    keep = buf;
 }
 
 int main(int argc, char **argv)

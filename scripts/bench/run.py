@@ -14,6 +14,9 @@ baseline measured in the same run, median and spread over several runs.
                            (bench_overhead)
   compression              image size and times with --gzip against
                            --no-gzip (bench_compress)
+  migration                one tree of 64 MiB .. 1 GiB moved (--migrate) while
+                           two stay, against -bc of the three; how long the
+                           staying trees were stopped (bench_migrate)
   many trees               checkpoint and restart of 1..64 separately
                            launched one-process trees against raw CRIU on
                            the same kind of trees, and the cost per extra
@@ -49,6 +52,7 @@ import psutil
 import bench_checkpoint as bc
 import bench_compress
 import bench_failures
+import bench_migrate
 import bench_overhead
 import bench_stop
 import bench_trees
@@ -162,8 +166,13 @@ def many_trees(ws: Workspace, runs: int) -> list[Row]:
     return bench_trees.rows(bench_trees.measure_all(ws, list(bench_trees.SIZES), runs))
 
 
+def migration(ws: bc.Workspace, runs: int) -> list[Row]:
+    """One tree moved while two stay (issue 16): against -bc of all three."""
+    return bench_migrate.rows(bench_migrate.measure_all(ws, list(bench_migrate.SIZES), runs))
+
+
 SECTIONS = {"sizes": sizes, "trees": trees, "overhead": overhead, "compression": compression,
-            "many-trees": many_trees}
+            "many-trees": many_trees, "migration": migration}
 
 # the failures section (--failures): bench_failures' defaults, one run per cell
 FAILURE_RATES = list(bench_failures.RATES)

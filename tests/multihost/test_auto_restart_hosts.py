@@ -142,16 +142,22 @@ def pid_of(trees: list[dict], host: str, names: tuple[str, ...]) -> int:
     return found[0]
 
 
-@pytest.fixture
-def healing(tmp_path):
-    """healing(*coordinator options, env=...) -> Healing, on five hosts."""
+def five_hosts(tmp_path: Path, make: type[Healing]):
+    """new(*coordinator options, env=...) -> make(...), on five hosts with
+    sshd and private storage; MPI's scratch files it leaves are removed."""
     need_root()
     storage = tmp_path / "storage"
     storage.mkdir()
     scratch = mpi.scratch_entries()
-    with ssh_cluster(5, tmp_path, Healing, storage=storage) as new:
+    with ssh_cluster(5, tmp_path, make, storage=storage) as new:
         yield new
     mpi.remove_scratch(scratch)
+
+
+@pytest.fixture
+def healing(tmp_path):
+    """healing(*coordinator options, env=...) -> Healing, on five hosts."""
+    yield from five_hosts(tmp_path, Healing)
 
 
 @pytest.fixture(scope="module")

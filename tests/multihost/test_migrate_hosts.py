@@ -13,14 +13,12 @@ import json
 
 import pytest
 
-from tests.conftest import need_root
 from tests.e2e import mpi
 from tests.e2e.harness import TIMEOUT, ticks, wait_for
 from tests.multihost.netns import TestNetwork
-from tests.multihost.sshd import ssh_cluster
 from tests.multihost.test_auto_restart_hosts import (ITERATIONS, PAUSE_US, RANKS, Healing,
-                                                     last, net_stream, no_wrong_bytes,
-                                                     solver, start_ring)
+                                                     five_hosts, last, net_stream,
+                                                     no_wrong_bytes, solver, start_ring)
 
 __all__ = ["net_stream", "solver"]  # (module fixtures, used by name)
 
@@ -40,13 +38,7 @@ class Moving(Healing):
 
 @pytest.fixture
 def moving(tmp_path):
-    need_root()
-    storage = tmp_path / "storage"
-    storage.mkdir()
-    scratch = mpi.scratch_entries()
-    with ssh_cluster(5, tmp_path, Moving, storage=storage) as new:
-        yield new
-    mpi.remove_scratch(scratch)
+    yield from five_hosts(tmp_path, Moving)
 
 
 def by_host(trees: list[dict]) -> dict[str, dict]:

@@ -63,10 +63,13 @@ def ring(sim: Sim) -> list[int]:
     return ids
 
 
-def drain_ring(sim: Sim) -> list:
-    """Every tree reports its two ring connections; then DRAINED."""
+def drain_ring(sim: Sim, alone: tuple[int, ...] = ()) -> list:
+    """Every tree of the ring reports its two connections, those alone
+    none; then DRAINED."""
     sim.step(State.SUSPENDED)
     sim.step(State.FD_LEADER_ELECTION)
+    for a in alone:
+        sim.send(a, Sockets(generation=sim.m.round.generation))
     for a in (1, 2, 3):
         nxt, prev = a % 3 + 1, (a + 1) % 3 + 1
         sim.send(a, Sockets(generation=sim.m.round.generation, endpoints=(
@@ -195,14 +198,7 @@ def test_a_bystander_is_released_at_once_and_the_round_ends_after_it():
     ring(sim)
     [quiet] = sim.join(1)
     migrate(sim, "t2")
-    sim.step(State.SUSPENDED)
-    sim.step(State.FD_LEADER_ELECTION)
-    for a in (1, 2, 3):
-        nxt, prev = a % 3 + 1, (a + 1) % 3 + 1
-        sim.send(a, Sockets(generation=sim.m.round.generation, endpoints=(
-            Endpoint(local=f"out{a}", peer=f"in{nxt}"), Endpoint(local=f"in{a}", peer=f"out{prev}"))))
-    sim.send(quiet, Sockets(generation=sim.m.round.generation))
-    actions = sim.step(State.DRAINED)
+    actions = drain_ring(sim, alone=(quiet,))
     alone = [b.message for b in sent(actions, Barrier) if b.agent_id == quiet]
     assert [(b.state, b.move, b.reconnect) for b in alone] == [(State.CHECKPOINTED, Move.STAY, ())]
     assert quiet not in sim.m.round.participants
