@@ -343,8 +343,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mib", default="64,256,1024")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--keep-logs", action="store_true",
+                    help="keep the run directory (agents' and coordinator's logs)")
     args = ap.parse_args()
-    ws = Workspace()
+    ws = Workspace(keep_logs=args.keep_logs)
     try:
         ws.create()
         results = measure_all(ws, [int(m) for m in args.mib.split(",")], args.runs)
