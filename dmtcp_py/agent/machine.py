@@ -67,6 +67,8 @@ class Step:
     move: messages.Move | None = None
     reconnect: frozenset[str] = frozenset()
     rollback: bool = False
+    hold: bool = False    # STAY: run on with the connections held, if they can be
+    swap: bool = False    # a held tree stopped again: DRAIN and DUMP swap them
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ class WorkResult:
     parked: frozenset[int] = frozenset()        # DUMP: processes detached (even if it failed)
     external: tuple[str, ...] = ()              # DRAIN: connections leading outside
     failed_conns: tuple[str, ...] = ()          # DRAIN: connections not drained
+    held: bool = False                          # DUMP, STAY: connections held (holding.py)
 
 
 # ---- actions the runner carries out -----------------------------------------
@@ -401,7 +404,8 @@ class AgentMachine:
                     expect_pids=self.expect_pids,
                     resume_arg=self.resume_arg() if work is Work.RESUME else 0,
                     move=msg.move if work is Work.DUMP else None,
-                    reconnect=frozenset(msg.reconnect), rollback=msg.rollback)
+                    reconnect=frozenset(msg.reconnect), rollback=msg.rollback,
+                    hold=msg.hold, swap=msg.swap)
         if work is Work.RESUME:
             self.restored_pending = False  # this release tells them
         return [DoWork(step)]
@@ -433,7 +437,7 @@ class AgentMachine:
         return actions + [Send(messages.Reached(
             state=step.target, ok=result.error is None, error=result.error,
             image=result.image if step.work is Work.DUMP else None,
-            external=result.external, failed_conns=result.failed_conns))]
+            external=result.external, failed_conns=result.failed_conns, held=result.held))]
 
     def _commit(self, msg: messages.Commit) -> list:
         """Every tree dumped (publish our images) or one failed (drop them),

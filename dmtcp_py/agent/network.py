@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from dmtcp_py.agent import drain, fdtable, udp
+from dmtcp_py.agent import drain, fdtable, holding, udp
 from dmtcp_py.agent.fdtable import SocketEntry
 from dmtcp_py.agent.shimlink import ShimLink
 from dmtcp_py.images import socket_table
@@ -83,6 +83,10 @@ class Network:
         self._released: set[int] = set()
         self._repointed: set[int] = set()
         self._move_cancelled: asyncio.Future | None = None
+        # connections held while their peer moves (holding.py), by the
+        # inode of the program's end; they outlive the round that made them
+        self.held: dict[int, holding.Held] = {}
+        self._after_refill: dict[int, bytes] = {}  # swapped: what the program wrote meanwhile
 
     # ---- messages from the coordinator ----------------------------------------
 
@@ -223,9 +227,28 @@ class Network:
                 await self._inject_datagrams()
             except Exception as exc:  # never keep the sockets from their processes
                 errors.append(exc)
+        errors += await self._send_after_refill()
         await self.unpark(timeout)
         if errors:
             raise errors[0]
+
+    async def _send_after_refill(self) -> list[BaseException]:
+        """A connection held while its peer moved: what the program wrote
+        meanwhile follows the peer's refill (holding.py)."""
+        loop = asyncio.get_running_loop()
+        errors: list[BaseException] = []
+        for ino, data in self._after_refill.items():
+            sock = self.entries[ino].sock
+            blocking = sock.getblocking()
+            try:
+                sock.setblocking(False)
+                await asyncio.wait_for(loop.sock_sendall(sock, data), DRAIN_TIMEOUT)
+            except (OSError, asyncio.TimeoutError) as exc:
+                errors.append(exc)
+            finally:
+                sock.setblocking(blocking)
+        self._after_refill = {}
+        return errors
 
     async def abandon(self, timeout: float) -> None:
         """The round is over without a coordinator: bytes drained from a
@@ -252,7 +275,7 @@ class Network:
         the new socket.  The old socket is kept until the round ends.
         Raises if a connection cannot be made, or the migration is called
         off (CancelMove) while waiting."""
-        self._publish_datagram_sockets(reach_ip)
+        self.publish_datagram_sockets(reach_ip)
         await self._repoint_datagram_sockets(conns)
         todo = {ino: c for ino, c in self.conns.items() if c.conn in conns}
         if not todo:
@@ -288,7 +311,7 @@ class Network:
                 self._shut_after[ino] = d.self_shut_wr
         log.info("made %d connections again toward the moved trees", len(todo))
 
-    def _publish_datagram_sockets(self, reach_ip: str) -> None:
+    def publish_datagram_sockets(self, reach_ip: str) -> None:
         """Where each datagram socket is: a moved tree's socket connected
         to one of ours looks it up, as at a restart."""
         for e in self.entries.values():
@@ -321,6 +344,80 @@ class Network:
             await asyncio.gather(lookup, return_exceptions=True)
             raise RuntimeError("the migration was called off")
         return lookup.result()
+
+    def hold(self, conns: frozenset[str], reach_ip: str) -> bool:
+        """A staying tree that may run on while its peers move: each parked
+        connection in conns is held (holding.py) and made again toward the
+        moved end's new copy in the background.  False, and nothing
+        changed, if one of them cannot be held (the tree then waits)."""
+        todo = {ino: c for ino, c in self.conns.items() if c.conn in conns}
+        if not todo or any(c.startswith("udp:") for c in conns) or not all(
+                holding.can_hold(self.entries[ino].info, self.drained.get(ino)) for ino in todo):
+            return False
+        for ino, c in todo.items():
+            e = self.entries[ino]
+            d = self.drained.pop(ino, None)
+            a, b = holding.local_pair(e.info.family)
+            try:
+                fdtable.set_options(a, e.info.options)
+            except OSError as exc:  # an option of the original the pair does not take
+                log.debug("held connection %s: %s", c.conn, exc)
+            held = holding.Held(conn=c, info=e.info, old=e.sock, mine=b,
+                                a_ino=holding.inode(a), inbound=d.data if d else b"")
+            e.sock = a
+            held.start()
+            held.remade = asyncio.ensure_future(self._reconnect(e.info, c, reach_ip))
+            self.held[held.a_ino] = held
+        log.info("holding %d connections toward moving trees; the program runs on", len(todo))
+        return True
+
+    async def swap_park(self, pids: list[int], generation: int, comp_id: str,
+                        timeout: float) -> None:
+        """The program is stopped again: the ends of its held connections
+        come back to us; both ends of each pair are drained here."""
+        self.close()
+        found = await asyncio.get_running_loop().run_in_executor(None, fdtable.tree_sockets, pids)
+        wanted = {pid: sorted(fd for fd, ino in fds.items() if ino in self.held)
+                  for pid, fds in found.items()}
+        wanted = {pid: fds for pid, fds in wanted.items() if fds}
+        parked = await self.shims.park(wanted, timeout) if wanted else []
+        self.entries = await asyncio.get_running_loop().run_in_executor(
+            None, fdtable.entries, parked)
+        keep = {id(e.sock) for e in self.entries.values()}
+        for p in parked:
+            if id(p.sock) not in keep:
+                p.sock.close()
+        for ino in [i for i in self.held if i not in self.entries]:
+            log.info("the program closed a held connection while its peer moved")
+            self.held.pop(ino).close()
+        await asyncio.gather(*(self.held[ino].swap_out(e.sock, _cookie(
+            comp_id, self.held[ino].conn.conn, generation), DRAIN_TIMEOUT)
+            for ino, e in self.entries.items()))
+
+    async def swap_in(self, rollback: bool) -> None:
+        """The new connection (or with rollback the old one) takes each
+        held connection's place; the refill that follows puts back what
+        the program had not read, then what it wrote."""
+        held, self.held = self.held, {}
+        try:
+            for ino, e in self.entries.items():
+                h = held[ino]
+                if rollback:
+                    sock, h.old = h.old, None
+                else:
+                    assert h.remade is not None
+                    sock = await asyncio.wait_for(asyncio.shield(h.remade), CONNECT_TIMEOUT)
+                    h.remade = None
+                fdtable.set_options(sock, e.info.options)
+                e.sock.close()
+                e.sock = sock
+                self.conns[ino] = h.conn
+                self.drained[ino] = drain.Drained(drain.STREAM, data=h.unread)
+                self._after_refill[ino] = bytes(h.outbound)
+                holding.grow_send_buffer(sock, len(h.outbound))
+        finally:
+            for h in held.values():
+                h.close()
 
     def release_listeners(self) -> None:
         """A moving tree, dumped: its listening sockets let go of their
@@ -397,6 +494,7 @@ class Network:
         for sock, _, _ in self._before_move.values():
             sock.close()
         self._before_move, self._released, self._repointed = {}, set(), set()
+        self._after_refill = {}
         self._move_cancelled = None
         self.entries, self.conns, self.drained, self.datagrams = {}, {}, {}, {}
         self.outside, self.peer_known = set(), {}

@@ -74,8 +74,12 @@ class TreeWork:
     async def _drain(self, step: Step) -> WorkResult:
         error = None
         try:
-            await self.net.park_and_drain(self.shims.pids(), step.comp_id, step.generation,
-                                          SHIM_TIMEOUT)
+            if step.swap:  # a held tree stopped again: only its held connections
+                await self.net.swap_park(self.shims.pids(), step.generation, step.comp_id,
+                                         SHIM_TIMEOUT)
+            else:
+                await self.net.park_and_drain(self.shims.pids(), step.comp_id, step.generation,
+                                              SHIM_TIMEOUT)
             await fault_injection.hold(State.DRAINED)
         except Exception as exc:
             log.exception("drain failed")
@@ -162,8 +166,16 @@ class TreeWork:
     async def _stay(self, step: Step) -> WorkResult:
         """A staying tree in a migration: not dumped; each connection it
         shares with a moving tree is made again toward that tree's new
-        copy (which waits for it before its restore)."""
+        copy (which waits for it before its restore).  Asked to hold, it
+        runs on meanwhile if its connections can be held (holding.py), and
+        is stopped again to swap them (step.swap)."""
         try:
+            if step.swap:
+                await self.net.swap_in(step.rollback)
+                return WorkResult()
+            if step.hold and self.net.hold(step.reconnect, self._reach_ip()):
+                self.net.publish_datagram_sockets(self._reach_ip())
+                return WorkResult(held=True)
             await self.net.remake(step.reconnect, self._reach_ip())
         except Exception as exc:
             log.error("migration: %s", exc)

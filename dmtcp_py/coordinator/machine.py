@@ -162,6 +162,12 @@ class Migration:
     # bystanders: staying trees that share no connection with a moving
     # one, released on their own once drained -> the state each waits on
     early: dict[int, State] = field(default_factory=dict)
+    # staying trees whose connections to moving ones are held (the agent's
+    # holding.py): released like bystanders, stopped again once every new
+    # copy is there, to swap them: the state each waits on in that swap
+    held: set[int] = field(default_factory=set)
+    swap: dict[int, State] = field(default_factory=dict)
+    swapping: bool = False
 
 
 @dataclass
@@ -313,9 +319,12 @@ class CoordinatorMachine:
         self.names.agent_left(agent_id)
         self.traffic.forget(agent.tree_id)
         rnd = self.round
-        if rnd is not None and rnd.migration is not None \
-                and rnd.migration.early.pop(agent_id, None) is not None:
-            actions += self._maybe_advance(now)  # (a bystander: the round may end now)
+        if rnd is not None and rnd.migration is not None and agent_id not in rnd.participants:
+            mig = rnd.migration
+            if mig.early.pop(agent_id, None) is not None or mig.swap.pop(agent_id, None) \
+                    is not None or agent_id in mig.held:
+                mig.held.discard(agent_id)
+                actions += self._maybe_advance(now)  # (released on its own: the round may go on)
         if rnd is not None and agent_id in rnd.participants:
             rnd.participants.discard(agent_id)
             rnd.reached.discard(agent_id)
@@ -402,6 +411,9 @@ class CoordinatorMachine:
         if rnd is not None and rnd.migration is not None \
                 and agent.agent_id in rnd.migration.early:
             return self._bystander_reached(agent, msg, now)
+        if rnd is not None and rnd.migration is not None \
+                and agent.agent_id in rnd.migration.swap:
+            return self._swap_reached(agent, msg, now)
         if rnd is None or agent.agent_id not in rnd.participants or state is not rnd.state:
             return [Notice(f"{agent.label()} reported {state.value} out of turn")]
         agent.state = state
@@ -416,6 +428,8 @@ class CoordinatorMachine:
                 return self._abort_restart(now)
             if rnd.migration is not None and state is State.CHECKPOINTED:
                 actions += self._abort_migration(f"{agent.label()}: {msg.error or 'failed'}")
+        elif rnd.migration is not None and state is State.CHECKPOINTED and msg.held:
+            actions += self._release_held(rnd, agent.agent_id)
         elif rnd.migration is not None and state is State.CHECKPOINTED \
                 and agent.agent_id in rnd.migration.moving.values():
             if msg.image is None:
@@ -663,9 +677,16 @@ class CoordinatorMachine:
                     actions.append(SendAgent(agent_id, Barrier(
                         state=State.CHECKPOINTED, generation=rnd.generation,
                         num_trees=1, move=Move.STAY)))
-        elif rnd.state is State.CHECKPOINTED and not mig.aborted:
-            if len(mig.arrived) < len(mig.moving):
+        elif rnd.state is State.CHECKPOINTED:
+            if not mig.aborted and len(mig.arrived) < len(mig.moving):
                 return []  # the new copies are still being restored
+            if mig.held & mig.early.keys():
+                return []  # held trees are still on their way to running
+            if mig.held and not mig.swapping:
+                return self._start_swap(rnd)
+            if mig.swap:
+                return []
+        if rnd.state is State.CHECKPOINTED and not mig.aborted:
             for tree_id, agent_id in mig.moving.items():
                 old = self.agents.get(agent_id)
                 rnd.participants.discard(agent_id)
@@ -679,6 +700,53 @@ class CoordinatorMachine:
         rnd.state = next_state(rnd.state)
         rnd.reached = set()
         return actions + self._broadcast(rnd)
+
+    def _release_held(self, rnd: Round, agent_id: int) -> list:
+        """A staying tree holds its connections to the moving trees: it runs
+        on (REFILLED, RUNNING on its own) until the swap."""
+        mig = rnd.migration
+        assert mig is not None
+        rnd.participants.discard(agent_id)
+        rnd.reached.discard(agent_id)
+        mig.held.add(agent_id)
+        mig.early[agent_id] = State.REFILLED
+        return [SendAgent(agent_id, Barrier(state=State.REFILLED, generation=rnd.generation,
+                                            num_trees=1))]
+
+    def _start_swap(self, rnd: Round) -> list:
+        """Every new copy is there (or the migration failed): the held trees
+        stop again, to swap in their new connections (or the old ones)."""
+        mig = rnd.migration
+        assert mig is not None
+        mig.swapping = True
+        mig.swap = {a: State.SUSPENDED for a in mig.held}
+        mig.held = set()
+        suspend = Barrier(state=State.SUSPENDED, generation=rnd.generation, num_trees=1)
+        return [SendAgent(a, suspend) for a in sorted(mig.swap)]
+
+    def _swap_reached(self, agent: Agent, msg: Reached, now: float) -> list:
+        """A held tree's swap: SUSPENDED -> FD_LEADER_ELECTION -> DRAINED
+        (its held ends parked) -> CHECKPOINTED (swapped); then it joins the
+        round again for REFILLED with the new copies."""
+        rnd = self.round
+        assert rnd is not None and rnd.migration is not None
+        mig = rnd.migration
+        if msg.state is not mig.swap[agent.agent_id]:
+            return [Notice(f"{agent.label()} reported {msg.state.value} out of turn")]
+        agent.state = msg.state
+        if not msg.ok:
+            rnd.errors.append(f"{agent.label()}: {msg.error or 'failed'}")
+        if msg.state is State.CHECKPOINTED:
+            del mig.swap[agent.agent_id]
+            rnd.participants.add(agent.agent_id)
+            rnd.reached.add(agent.agent_id)
+            return self._maybe_advance(now)
+        nxt = mig.swap[agent.agent_id] = next_state(msg.state)
+        swap = nxt in (State.DRAINED, State.CHECKPOINTED)
+        return [SendAgent(agent.agent_id, Barrier(
+            state=nxt, generation=rnd.generation, num_trees=1, swap=swap,
+            move=Move.STAY if nxt is State.CHECKPOINTED else None,
+            rollback=mig.aborted and nxt is State.CHECKPOINTED))]
 
     def _bystander_reached(self, agent: Agent, msg: Reached, now: float) -> list:
         """A bystander goes CHECKPOINTED -> REFILLED -> RUNNING on its own;
@@ -716,8 +784,8 @@ class CoordinatorMachine:
                 out.append(SendAgent(agent_id, go))
             else:
                 conns = () if mig.aborted else tuple(sorted(mig.reconnect.get(agent_id, ())))
-                out.append(SendAgent(agent_id, dataclasses.replace(msg, move=Move.STAY,
-                                                                   reconnect=conns)))
+                out.append(SendAgent(agent_id, dataclasses.replace(
+                    msg, move=Move.STAY, reconnect=conns, hold=bool(conns))))
         return out
 
     def kill(self, client_id: int | None) -> list:

@@ -372,6 +372,8 @@ class Reached(Message):
     image: ImageInfo | None = None          # CHECKPOINTED of a checkpoint
     external: tuple[str, ...] = ()          # DRAINED: connections leading outside
     failed_conns: tuple[str, ...] = ()      # DRAINED: connections not drained here
+    held: bool = False                      # migration, STAY: its connections to moving
+                                            # trees are held; release it now (swap later)
 
 
 # agent -> coordinator: the images of a generation are durable (or not)
@@ -444,6 +446,8 @@ class Barrier(Message):
     move: Move | None = None               # a migration round: this tree's part
     reconnect: tuple[str, ...] = ()        # STAY, CHECKPOINTED: connections to make again
     rollback: bool = False                 # REFILLED: the migration failed; all as it was
+    hold: bool = False                     # STAY, CHECKPOINTED: run on, holding them if you can
+    swap: bool = False                     # a held tree's second stop: DRAINED and CHECKPOINTED
 
 
 @_message("kill")

@@ -240,3 +240,62 @@ def test_a_staying_datagram_socket_connected_to_a_moving_one_is_pointed_again():
     udp = [(1, "u1", "u2"), (2, "u2", "u1"), (3, "u3", ""), (4, "u4", "u3")]
     assert migration.reconnects({}, {2}, udp) == {1: {"udp:u2"}}
     assert migration.reconnects({}, {3}, udp) == {4: {"udp:u3"}}
+
+
+def test_staying_trees_holding_their_connections_run_on_and_swap_at_the_end():
+    sim = Sim()
+    ring(sim)
+    migrate(sim, "t2")
+    parts = {b.agent_id: b.message for b in sent(drain_ring(sim), Barrier)}
+    assert parts[1].hold and parts[3].hold and not parts[2].hold
+    # t1 holds: it runs on; t3 cannot (it waits, as without holding)
+    released = sim.report(1, State.CHECKPOINTED, held=True)
+    assert [(b.agent_id, b.message.state) for b in sent(released, Barrier)] == [(1, State.REFILLED)]
+    assert [b.message.state for b in sent(sim.report(1, State.REFILLED), Barrier)] == [State.RUNNING]
+    assert sim.report(1, State.RUNNING) == []
+    sim.report(2, State.CHECKPOINTED, image=image_of(2))
+    new, _ = sim.restart_join(comp_id=COMP, generation=sim.m.round.generation, tree_id="t2")
+    sim.report(3, State.CHECKPOINTED)
+    # every new copy is there: t1 stops again to swap
+    actions = sim.report(new, State.CHECKPOINTED)
+    assert [(b.agent_id, b.message.state) for b in sent(actions, Barrier)] == [(1, State.SUSPENDED)]
+    assert not sent(actions, Kill)
+    swap = []
+    for state in (State.SUSPENDED, State.FD_LEADER_ELECTION, State.DRAINED):
+        swap += [b.message for b in sent(sim.report(1, state), Barrier)]
+    assert [(b.state, b.swap) for b in swap] == [
+        (State.FD_LEADER_ELECTION, False), (State.DRAINED, True), (State.CHECKPOINTED, True)]
+    assert swap[-1].move is Move.STAY and not swap[-1].rollback
+    actions = sim.report(1, State.CHECKPOINTED)
+    assert [k.agent_id for k in sent(actions, Kill)] == [2]
+    assert [b.agent_id for b in sent(actions, Barrier)] == [1, 3, new]
+    sim.step(State.REFILLED)
+    sim.step(State.RUNNING)
+    assert only_reply(sim.log, CLIENT).ok
+
+
+def test_a_held_tree_swaps_its_old_connections_back_when_the_migration_fails():
+    sim = Sim()
+    ring(sim)
+    migrate(sim, "t2")
+    drain_ring(sim)
+    for state, extra in ((State.CHECKPOINTED, {"held": True}), (State.REFILLED, {}),
+                         (State.RUNNING, {})):
+        sim.report(1, state, **extra)
+        sim.report(3, state, **extra)
+    [move] = of_type(sim.report(2, State.CHECKPOINTED, image=image_of(2)), MoveTrees)
+    actions = sim._record(sim.m.migration_command_ended(move.serial, "no route", sim.now))
+    assert sorted(b.agent_id for b in sent(actions, Barrier)) == [1, 3]
+    last = {}
+    for state in (State.SUSPENDED, State.FD_LEADER_ELECTION, State.DRAINED):
+        for a in (1, 3):
+            for b in sent(sim.report(a, state), Barrier):
+                last[b.agent_id] = b.message
+    assert last[1].rollback and last[3].rollback and last[1].state is State.CHECKPOINTED
+    sim.report(1, State.CHECKPOINTED)
+    actions = sim.report(3, State.CHECKPOINTED)
+    barriers = sent(actions, Barrier)
+    assert [b.agent_id for b in barriers] == [1, 2, 3] and all(b.message.rollback for b in barriers)
+    sim.step(State.REFILLED)
+    sim.step(State.RUNNING)
+    assert not only_reply(sim.log, CLIENT).ok
