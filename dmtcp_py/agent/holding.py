@@ -28,10 +28,14 @@ from dataclasses import dataclass, field
 from dmtcp_py.agent import drain
 from dmtcp_py.images.socket_table import Connection, SocketInfo
 
-# what the program may send toward a moving peer before it waits, as a
-# program waits for a slow peer: the agent's memory, and what the new
-# connection's send buffer takes at the swap without the peer reading
-SEND_LIMIT = 1 << 20
+# What the program may send toward a moving peer before it waits, as a
+# program waits for a slow peer.  At the swap all of it goes into the new
+# connection before the peer runs again, so it must fit in our send buffer
+# (which root may force, SO_SNDBUFFORCE) and the peer's receive buffer: the
+# agent's own memory (SEND_LIMIT) and the pair's buffers (PAIR_BUFFER) are
+# kept to that.  Without root the send buffer stops at net.core.wmem_max.
+SEND_LIMIT = (1 << 20) if os.geteuid() == 0 else (64 << 10)
+PAIR_BUFFER = 32 << 10
 _SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
 
 
@@ -39,6 +43,14 @@ def can_hold(info: SocketInfo, drained: drain.Drained | None) -> bool:
     return (info.type == socket.SOCK_STREAM and not info.listening
             and (drained is None or (not drained.peer_shut_wr and not drained.self_shut_wr
                                      and drained.kept == 0)))
+
+
+def small_buffers(program_end: socket.socket, ours: socket.socket) -> None:
+    """What waits in the pair's kernel buffers at the swap is written to the
+    new connection too: keep it small."""
+    with contextlib.suppress(OSError):
+        program_end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, PAIR_BUFFER)
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, PAIR_BUFFER)
 
 
 def local_pair(family: int) -> tuple[socket.socket, socket.socket]:

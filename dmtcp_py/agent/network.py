@@ -362,6 +362,7 @@ class Network:
                 fdtable.set_options(a, e.info.options)
             except OSError as exc:  # an option of the original the pair does not take
                 log.debug("held connection %s: %s", c.conn, exc)
+            holding.small_buffers(a, b)
             held = holding.Held(conn=c, info=e.info, old=e.sock, mine=b,
                                 a_ino=holding.inode(a), inbound=d.data if d else b"")
             e.sock = a

@@ -5,11 +5,14 @@ others keep running and keep their processes; every byte once and in order
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
 from dmtcp_py.coordinator import restarter
-from tests.e2e.harness import TIMEOUT, wait_for
+from dmtcp_py.fault_injection import hold_env
+from dmtcp_py.protocol.states import State
+from tests.e2e.harness import TIMEOUT, tool, wait_for
 from tests.e2e.test_bad_input import free_port
 from tests.e2e.test_network import last
 
@@ -155,3 +158,40 @@ def test_a_udp_receiver_moves_and_its_sender_stays(comp, programs, moved_output)
     assert sender.wait(timeout=TIMEOUT) == 0, sender.err_path.read_text()
     wait_for(lambda: "done 1500" in moved_output.read_text(), what="the moved receiver's end")
     assert "FAIL" not in moved_output.read_text() + sender.err_path.read_text()
+
+
+def test_the_staying_members_run_on_while_their_peer_moves(coordinator, programs):
+    """The moved member's new copy lingers 3 s before it reports (fault
+    injection): meanwhile the two staying members, holding their
+    connections to it, keep ticking; then every byte still arrives once
+    and in order."""
+    comp = coordinator(env=hold_env(State.RESTARTING, 3))
+    out = restarter.output_path(comp.port, "migration")
+    try:
+        nodes = _ring(comp, programs, free_port())
+        comp.wait_peers(3)
+        wait_for(lambda: all(last(o, "ring") >= 20 for _, o in nodes), what="the ring streaming")
+        trees = _trees(comp)
+        middle = _tree_of(trees, nodes[1][0].pid)
+        moving = subprocess.Popen([tool("dmtcp-command"), "-p", str(comp.port), "--migrate",
+                                   middle], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+        try:
+            wait_for(lambda: not comp.status()["running"], what="the migration to begin")
+            during = {i: last(nodes[i][1], "ring") for i in (0, 2)}
+            wait_for(lambda: all(last(nodes[i][1], "ring") >= during[i] + 20 for i in (0, 2)),
+                     what="the staying members to tick on")
+            assert not comp.status()["running"], "the migration ended before they ticked on"
+            _, err = moving.communicate(timeout=TIMEOUT)
+            assert moving.returncode == 0, err
+        finally:
+            if moving.poll() is None:
+                moving.kill()
+                moving.communicate()
+        for proc, o in (nodes[0], nodes[2]):
+            assert proc.wait(timeout=TIMEOUT) == 0, proc.err_path.read_text()
+            assert "done" in o.read_text()
+        wait_for(lambda: "done 600 ring" in out.read_text(), what="the moved member's end")
+        assert "FAIL" not in out.read_text()
+    finally:
+        out.unlink(missing_ok=True)
