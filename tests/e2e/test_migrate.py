@@ -195,3 +195,20 @@ def test_the_staying_members_run_on_while_their_peer_moves(coordinator, programs
         assert "FAIL" not in out.read_text()
     finally:
         out.unlink(missing_ok=True)
+
+
+def test_a_unix_socket_client_moves_and_its_server_stays(comp, programs, moved_output):
+    name = f"@dmtcp-test-migrate-{free_port()}"
+    server, sout = comp.launch(*programs["net_stream"], "server", name, "0", "800", "10")
+    wait_for(lambda: sout.exists() and "listening" in sout.read_text(), what="the server")
+    client, _ = comp.launch(*programs["net_stream"], "client", name, "0", "800", "10")
+    comp.wait_peers(2)
+    wait_for(lambda: last(sout, "server") >= 20, what="the pair streaming")
+    trees = _trees(comp)
+    moving = _tree_of(trees, client.pid)
+    comp.command("--migrate", moving)
+    assert client.wait(timeout=TIMEOUT) == 0, client.err_path.read_text()
+    assert server.wait(timeout=TIMEOUT) == 0, server.err_path.read_text()
+    assert "done 800 server" in sout.read_text()
+    wait_for(lambda: "done 800 client" in moved_output.read_text(), what="the moved client's end")
+    assert "FAIL" not in moved_output.read_text()
