@@ -12,7 +12,7 @@ import pytest
 from dmtcp_py.coordinator import restarter
 from dmtcp_py.fault_injection import hold_env
 from dmtcp_py.protocol.states import State
-from tests.e2e.harness import TIMEOUT, tool, wait_for
+from tests.e2e.harness import TIMEOUT, last_tick, tool, wait_for
 from tests.e2e.test_bad_input import free_port
 from tests.e2e.test_network import last
 
@@ -212,3 +212,18 @@ def test_a_unix_socket_client_moves_and_its_server_stays(comp, programs, moved_o
     assert "done 800 server" in sout.read_text()
     wait_for(lambda: "done 800 client" in moved_output.read_text(), what="the moved client's end")
     assert "FAIL" not in moved_output.read_text()
+
+
+def test_a_lone_program_goes_on_from_where_it_was(comp, programs, moved_output):
+    proc, out = comp.launch(*programs["counter_single"], "100000", "20")
+    comp.wait_peers(1)
+    wait_for(lambda: last_tick(out) >= 5, what="the program")
+    [tree] = _trees(comp)
+    comp.command("--migrate", tree)
+    assert proc.wait(timeout=TIMEOUT) == 0
+    before = last_tick(out)
+    wait_for(lambda: last_tick(moved_output) > before + 3, what="the moved program")
+    first = int(next(line for line in moved_output.read_text().splitlines()
+                     if line.startswith("tick")).split()[1])
+    assert first == before + 1  # nothing ran between the dump and the end of the old copy
+    comp.kill_and_wait(proc)
