@@ -5,6 +5,7 @@ others keep running and keep their processes; every byte once and in order
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -226,4 +227,21 @@ def test_a_lone_program_goes_on_from_where_it_was(comp, programs, moved_output):
     first = int(next(line for line in moved_output.read_text().splitlines()
                      if line.startswith("tick")).split()[1])
     assert first == before + 1  # nothing ran between the dump and the end of the old copy
+    comp.kill_and_wait(proc)
+
+
+def test_a_tree_without_a_pid_namespace_cannot_move_beside_itself(comp, programs):
+    """Its copy would need the pids the original holds: the restore fails,
+    the migration is called off in one line, the original goes on."""
+    env = {**os.environ, "DMTCP_PID_NAMESPACE": "0"}
+    proc, out = comp.launch(*programs["counter_single"], "100000", "20", env=env)
+    comp.wait_peers(1)
+    wait_for(lambda: last_tick(out) >= 5, what="the program")
+    [tree] = _trees(comp)
+    res = comp.command("--migrate", tree, check=False)
+    assert res.returncode != 0 and "migration failed:" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    after = last_tick(out)
+    wait_for(lambda: last_tick(out) > after + 3, what="the original to go on")
+    assert _trees(comp)[tree]["agent_pid"] == proc.pid
     comp.kill_and_wait(proc)
