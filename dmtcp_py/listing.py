@@ -36,6 +36,10 @@ def status_lines(status: dict, *, last_checkpoint: bool = True) -> list[str]:
         lines.append(f"LAST_CKPT=generation {last['generation']} "
                      f"{'ok' if last['ok'] else 'FAILED'} {last['duration']:.3f} s "
                      f"{last['bytes']} bytes")
+    moved = status.get("last_migration")
+    if moved:
+        lines.append(f"LAST_MIGRATION={','.join(moved['moved'])} to {','.join(moved['to'])} "
+                     f"{'ok' if moved['ok'] else 'FAILED'} {moved['duration']:.3f} s")
     if status.get("auto_restart"):
         lines.append(f"AUTO_RESTARTS={status['restarts']}")
         lines.append(f"TIME_LOST={status['time_lost']:.3f}")

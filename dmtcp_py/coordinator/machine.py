@@ -211,6 +211,7 @@ class CoordinatorMachine:
         self.generation = 0
         self.round: Round | None = None
         self.last_checkpoint: dict | None = None
+        self.last_migration: dict | None = None
         self._ever_had_agents = False
         self.names = NameService()
         self.traffic = TrafficMatrix()  # who talks to whom (--graph)
@@ -890,6 +891,7 @@ class CoordinatorMachine:
             "checkpoint_interval": self._shown_interval(),
             "interval_auto": self.interval_auto,
             "last_checkpoint": self.last_checkpoint,
+            "last_migration": self.last_migration,
             "auto_restart": self.policy.auto_restart,
             "restarts": self.restarts,
             "recovering": self.recovery.phase.value if self.recovery else None,
@@ -1127,6 +1129,7 @@ class CoordinatorMachine:
         info = {**body, "ok": ok, "error": error}
         actions: list = []
         if mig is not None:
+            self.last_migration = info
             actions.append(Notice(f"migration of {len(mig.moving)} trees "
                                   + ("done" if ok else f"FAILED: {error}")
                                   + f" in {body['duration']:.3f} s"))

@@ -70,6 +70,9 @@ def test_one_ring_member_moves_while_the_others_stream(comp, programs, moved_out
         assert after[tree_id]["agent_pid"] == before[tree_id]["agent_pid"]
         assert after[tree_id]["procs"] == before[tree_id]["procs"]
     assert after[middle]["agent_pid"] != before[middle]["agent_pid"]
+    record = comp.status()["last_migration"]
+    assert record["ok"] and record["moved"] == [middle], record
+    assert f"LAST_MIGRATION={middle} to {host} ok" in comp.command("-s").stdout
 
     # every member streams on to its end: no byte lost, doubled or reordered
     for proc, out in (nodes[0], nodes[2]):
