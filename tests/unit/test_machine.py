@@ -823,7 +823,8 @@ def test_status_counts():
     assert sim.m.status() == {
         "comp_id": "c1", "num_peers": 0, "num_trees": 0, "running": False,
         "state": "RUNNING", "generation": 0, "checkpoint_interval": 0.0, "interval_auto": False,
-        "last_checkpoint": None, "auto_restart": False, "restarts": 0, "recovering": None,
+        "last_checkpoint": None, "last_migration": None, "auto_restart": False,
+        "restarts": 0, "recovering": None,
         "last_failure": None, "time_lost": 0.0, "gave_up": None, "last_exit": None,
         "replicas": 0, "replicated_trees": 0}
     sim.join(3)
