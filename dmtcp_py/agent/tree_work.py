@@ -223,12 +223,16 @@ class TreeWork:
         generations are deleted last.  The error, if it failed."""
         loop = asyncio.get_running_loop()
         try:
-            expired = await loop.run_in_executor(None, lambda: ckpt.finish(compressed=self.cfg.compress))
+            expired = await loop.run_in_executor(None, lambda: ckpt.finish(
+                compressed=self.cfg.compress, keep=self.cfg.keep))
         except OSError as exc:
             await loop.run_in_executor(None, ckpt.discard)
             log.error("generation %d not published: %s", ckpt.generation, exc)
             return f"publishing {ckpt.final}: {exc}"
         log.info("generation %d published as %s", ckpt.generation, ckpt.final)
+        if ckpt.stored is not None:
+            log.info("generation %d memory: %d bytes written, %d shared with the previous "
+                     "generation", ckpt.generation, ckpt.stored.written, ckpt.stored.shared)
         loop.run_in_executor(None, checkpoint.delete, expired)
         return None
 

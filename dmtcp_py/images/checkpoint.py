@@ -10,7 +10,8 @@ them in a worker thread):
    of the files it writes, the links of removed mapped files.  The
    manifest is made here, in memory.
 3. finish (after the coordinator's commit, while the program runs again):
-   compress if asked, the checksums a restart checks, the manifest written
+   compress if asked, else keep the memory pages as chunks shared with the
+   previous generation (images.chunks), the checksums a restart checks, the manifest written
    once, everything made durable, then the partial directory takes the
    image's name atomically (store.publish).
    Or discard: the partial directory goes, the previous image stays.
@@ -23,8 +24,10 @@ from pathlib import Path
 from typing import Callable
 
 from dmtcp_py.agent import criu_driver
-from dmtcp_py.images import compress, integrity, shared_files, store, temp_files, written_files
-from dmtcp_py.images.manifest import Manifest
+from dmtcp_py.errors import ImageError
+from dmtcp_py.images import (chunks, compress, integrity, shared_files, store, temp_files,
+                             written_files)
+from dmtcp_py.images.manifest import Manifest, load
 
 
 @dataclass
@@ -57,6 +60,7 @@ class Checkpoint:
     final: Path
     manifest: Manifest | None = None
     steps: dict[str, float] = field(default_factory=dict)  # step -> when it ended
+    stored: chunks.Stored | None = None  # what the pages took (finish)
 
     @classmethod
     def begin(cls, ckptdir: Path, program: str, tree_id: str, generation: int) -> Checkpoint:
@@ -105,22 +109,43 @@ class Checkpoint:
         self.steps["manifest"] = time.monotonic()
         return self.manifest
 
-    def finish(self, *, compressed: bool) -> list[Path]:
-        """Compress (if asked), checksum, write the manifest once, make it
-        all durable and give it the image's name.  Returns the expired
-        generations, already out of the way, for the caller to delete."""
+    def finish(self, *, compressed: bool, keep: int | None = None) -> list[Path]:
+        """Compress (if asked) or store the pages as chunks, checksum,
+        write the manifest once, make it all durable and give it the
+        image's name, keeping `keep` previous generations.  Returns the
+        expired generations, already out of the way, for the caller to
+        delete."""
         assert self.manifest is not None, "finish before save_files"
         m = self.manifest
+        stored = chunks.Stored()
         if compressed and compress.compress(self.partial):
             m = replace(m, compression=compress.NAME)
-        sealed = integrity.seal(self.partial)
-        m = replace(m, files=sealed.sizes, blake3=sealed.digests)
+        else:
+            previous = _previous(self.final)
+            stored = chunks.store(self.partial, self.generation,
+                                  self.final if previous else None, previous)
+            self.stored = stored
+            self.steps["chunks"] = time.monotonic()
+        sealed = integrity.seal(self.partial, frozenset(stored.data))
+        m = replace(m, files=dict(sorted({**sealed.sizes, **stored.sizes}.items())),
+                    blake3=dict(sorted({**sealed.digests, **stored.digests}.items())),
+                    data=stored.data, pages=stored.pages)
         self.manifest = m
         m.write(self.partial)
-        return store.publish(self.partial, self.final)
+        return store.publish(self.partial, self.final, keep)
 
     def discard(self) -> None:
         store.discard(self.partial)
+
+
+def _previous(final: Path) -> Manifest | None:
+    """The manifest of the generation published under the image's name, if
+    it is whole and its chunks can be shared; None: write a full one."""
+    try:
+        m = load(final)
+    except ImageError:
+        return None
+    return m if m.data and not m.compression and m.blake3 else None
 
 
 def delete(paths: list[Path]) -> None:

@@ -45,6 +45,10 @@ class Manifest:
     compression: str = ""       # "zstd": pages-*.img.zst (see images.compress)
     blake3: dict[str, str] = field(default_factory=dict)  # name -> digest (images.integrity)
     sha256: dict[str, str] = field(default_factory=dict)  # the same, in images of 0.1.x
+    # incremental generations (images.chunks): data file -> its chunks
+    # [[length, blake3], ...]; pages-N.img -> [[data file, chunk index], ...]
+    data: dict[str, list] = field(default_factory=dict)
+    pages: dict[str, list] = field(default_factory=dict)
     # the tree ran in a PID namespace of its own (restored into a new one:
     # its pids need not be free); ns_pids: each pid -> its id in there
     pid_namespace: bool = False
