@@ -175,19 +175,46 @@ def cut(size: int, runs: list[tuple[int, int]] | None) -> list[int]:
     return lengths
 
 
-_BUF = 1 << 20
+# A pages file this big is hashed by every core, each a part of its chunks
+# (blake3 lets go of the GIL): 1 GiB took 0.17-0.27 s on two threads here
+# against 0.32-0.38 s on one.
+PARALLEL_FROM = 8 << 20
+_buffers = threading.local()
 
 
-def hash_chunks(fd: int, lengths: list[int]) -> list[str]:
-    """The digest of each chunk of a file, read once from its start."""
-    h = ChunkHasher(lengths)
-    buf = memoryview(bytearray(_BUF))
-    while n := os.readv(fd, [buf]):
-        h.update(buf[:n])
-    if h.overflow or h.index != len(lengths):
-        raise OSError(f"a pages file changed while it was hashed ({h.index} of "
-                      f"{len(lengths)} chunks)")
-    return h.digests
+def _hash_range(fd: int, offset: int, lengths: list[int]) -> list[str]:
+    buf = getattr(_buffers, "buf", None)
+    if buf is None:  # one per thread, read into again and again (see integrity._hash_fd)
+        buf = _buffers.buf = memoryview(bytearray(CHUNK))
+    digests = []
+    for n in lengths:
+        got = 0
+        while got < n:
+            m = os.preadv(fd, [buf[got:n]], offset + got)
+            if m <= 0:
+                raise OSError(f"a pages file is shorter than its chunks at {offset + got}")
+            got += m
+        digests.append(blake3.blake3(buf[:n]).hexdigest())
+        offset += n
+    return digests
+
+
+def hash_chunks(fd: int, lengths: list[int], pool: Executor | None = None,
+                workers: int = 1) -> list[str]:
+    """The digest of each chunk of a file; a big one on `workers` threads
+    of pool, each a contiguous part."""
+    total = sum(lengths)
+    if os.fstat(fd).st_size != total:
+        raise OSError(f"a pages file has {os.fstat(fd).st_size} bytes, its chunks {total}")
+    if pool is None or workers < 2 or total < PARALLEL_FROM:
+        return _hash_range(fd, 0, lengths)
+    parts, start, offset, done = [], 0, 0, 0
+    for i, n in enumerate(lengths):
+        done += n
+        if done * workers >= total * (len(parts) + 1) or i == len(lengths) - 1:
+            parts.append(pool.submit(_hash_range, fd, offset, lengths[start:i + 1]))
+            offset, start = done, i + 1
+    return [d for part in parts for d in part.result()]
 
 
 # ---- storing a generation -------------------------------------------------------------
@@ -260,10 +287,10 @@ def store(partial: Path, generation: int, previous: Path | None,
     workers = os.cpu_count() or 2
     with ThreadPoolExecutor(max_workers=workers) as pool, \
             ThreadPoolExecutor(max_workers=1) as flusher:
-        jobs = [pool.submit(_store_one, partial, generation, p,
-                            runs.get(p.name.removeprefix(".dumped-")), index, flusher)
-                for p in pages_files]
-        results = [j.result() for j in jobs]
+        # one file after the other, the biggest first, each on every core
+        results = [_store_one(partial, generation, p, runs.get(p.name.removeprefix(".dumped-")),
+                              index, flusher, pool, workers)
+                   for p in pages_files]
     for pages_name, chunks_of, order, written, shared in results:
         out.data.update(chunks_of)
         out.pages[pages_name] = order
@@ -274,7 +301,7 @@ def store(partial: Path, generation: int, previous: Path | None,
 
 
 def _store_one(partial: Path, generation: int, pages: Path, runs, index: _Index,
-               flusher: Executor):
+               flusher: Executor, pool: Executor, workers: int):
     """(pages name, {data file: chunks}, its order, bytes written, bytes
     shared) for one of CRIU's pages files (renamed .dumped-pages-N.img
     when there is a previous generation)."""
@@ -289,7 +316,7 @@ def _store_one(partial: Path, generation: int, pages: Path, runs, index: _Index,
         try:
             os.fchmod(fd, 0o600)
             flushed = flusher.submit(os.fsync, fd)
-            digests = hash_chunks(fd, lengths)
+            digests = hash_chunks(fd, lengths, pool, workers)
             flushed.result()
         finally:
             os.close(fd)
@@ -297,7 +324,7 @@ def _store_one(partial: Path, generation: int, pages: Path, runs, index: _Index,
                 [[own, i] for i in range(len(lengths))], size, 0)
     fd = os.open(pages, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        digests = hash_chunks(fd, lengths)
+        digests = hash_chunks(fd, lengths, pool, workers)
         # which old data files are worth keeping alive
         live: dict[str, int] = {}
         for d in set(digests):
@@ -409,22 +436,23 @@ def readable(directory: Path, m: Manifest) -> Iterator[Path]:
         for entry in directory.iterdir():
             if entry.is_file() and entry.name not in m.data:
                 _place(entry, view / entry.name)
-        jobs = []
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        workers = os.cpu_count() or 2
+        with ThreadPoolExecutor(max_workers=workers) as pool:
             for pages_name, name in sorted(whole.items()):
                 if name is not None:
                     _place(directory / name, view / pages_name)
                 else:
-                    jobs.append(pool.submit(_assemble, directory, m, pages_name,
-                                            view / pages_name))
-            for job in jobs:
-                job.result()
+                    _assemble(directory, m, pages_name, view / pages_name, pool, workers)
         yield view
     finally:
         shutil.rmtree(view, ignore_errors=True)
 
 
-def _assemble(directory: Path, m: Manifest, pages_name: str, target: Path) -> None:
+def _assemble(directory: Path, m: Manifest, pages_name: str, target: Path,
+              pool: Executor, workers: int) -> None:
+    """Put pages_name together from its chunks: runs of chunks that follow
+    each other in one data file are one sendfile each; a big file is
+    written by every core, each a part."""
     offsets = {}
     for name, chunks in m.data.items():
         at, offs = 0, []
@@ -432,8 +460,7 @@ def _assemble(directory: Path, m: Manifest, pages_name: str, target: Path) -> No
             offs.append(at)
             at += int(n)
         offsets[name] = offs
-    # runs of chunks that follow each other in one data file: one copy each
-    runs: list[list] = []
+    runs: list[list] = []   # [data file, offset there, bytes]
     for name, i in m.pages[pages_name]:
         i = int(i)
         n, start = int(m.data[name][i][0]), offsets[name][i]
@@ -441,21 +468,40 @@ def _assemble(directory: Path, m: Manifest, pages_name: str, target: Path) -> No
             runs[-1][2] += n
         else:
             runs.append([name, start, n])
-    out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    fds: dict[str, int] = {}
+    total = sum(r[2] for r in runs)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    os.close(fd)
+    parts, at = [], 0
+    per = total // workers + 1 if total >= PARALLEL_FROM else total + 1
+    for name, start, n in runs:   # cut the runs into parts of about `per` bytes
+        while n:
+            step = min(n, per - at % per)
+            if not parts or at % per == 0:
+                parts.append((at, []))
+            parts[-1][1].append((name, start, step))
+            at, start, n = at + step, start + step, n - step
     try:
-        for name, start, n in runs:
-            if name not in fds:
-                fds[name] = os.open(directory / name, os.O_RDONLY | os.O_CLOEXEC)
-            left = n
-            while left:
-                done = os.sendfile(out, fds[name], start, left)
-                if done <= 0:
-                    raise ImageError(f"image {directory}: {name} is shorter than its manifest says")
-                start, left = start + done, left - done
+        for job in [pool.submit(_copy_part, directory, target, at, part)
+                    for at, part in parts]:
+            job.result()
     except OSError as exc:
         raise ImageError(f"image {directory}: cannot put {pages_name} together: "
                          f"{exc.strerror or exc}") from None
+
+
+def _copy_part(directory: Path, target: Path, at: int, part: list) -> None:
+    out = os.open(target, os.O_WRONLY | os.O_CLOEXEC)
+    fds: dict[str, int] = {}
+    try:
+        os.lseek(out, at, os.SEEK_SET)
+        for name, start, n in part:
+            if name not in fds:
+                fds[name] = os.open(directory / name, os.O_RDONLY | os.O_CLOEXEC)
+            while n:
+                done = os.sendfile(out, fds[name], start, n)
+                if done <= 0:
+                    raise OSError(f"{name} is shorter than its manifest says")
+                start, n = start + done, n - done
     finally:
         os.close(out)
         for fd in fds.values():

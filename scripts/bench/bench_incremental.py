@@ -101,6 +101,8 @@ def one_round(ws: bc.Workspace, program: Path, size_mib: int, percent: int,
     out, dout = ws.base / "launch.out", ws.base / "direct.out"
     for f in (out, dout):
         f.unlink(missing_ok=True)
+    for f in (ws.base / "control-ours", ws.base / "control-raw"):
+        f.unlink(missing_ok=True)   # a new program would obey the last round's command
     ours = Program(ws.base / "control-ours", out)
     comp = bc.start_ours(ws, ["dmtcp-launch", "--ckptdir", str(ckptdir), str(program),
                               str(size_mib), str(percent), str(ours.control)],
@@ -172,10 +174,12 @@ def main() -> int:
     p.add_argument("--size-mib", type=int, default=1024, help="memory of the test process")
     p.add_argument("--percent", type=int, default=5, help="part of it rewritten")
     p.add_argument("--runs", type=int, default=3, help="rounds of measurements")
+    p.add_argument("--keep-logs", action="store_true",
+                   help="keep the agent, coordinator and CRIU logs (the run directory)")
     args = p.parse_args()
     if args.size_mib < 1 or args.runs < 1 or not 0 < args.percent <= 100:
         p.error("--size-mib and --runs must be at least 1, --percent within 1-100")
-    ws = bc.Workspace()
+    ws = bc.Workspace(keep_logs=args.keep_logs)
     ws.name = "dmtcp-incr"
 
     def work() -> str:

@@ -54,8 +54,8 @@ def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def restart(comp, image: Path, generation: int | None = None):
-    argv = [tool("dmtcp-restart"), "--join", "-p", str(comp.port)]
+def restart(comp, image: Path, generation: int | None = None, *options: str):
+    argv = [tool("dmtcp-restart"), "--join", "-p", str(comp.port), *options]
     if generation is not None:
         argv += ["--generation", str(generation)]
     proc, out = comp._start("restart", [*argv, str(image)])
@@ -115,6 +115,13 @@ def test_the_newest_and_the_previous_generation_both_restart(comp, two_generatio
     comp.kill_and_wait(proc)
     assert not list(comp.ckptdir.glob(".*restore*")), "the view was left behind"
     assert not list(Path("/dev/shm").glob(f".{newest.name}.restore-*"))
+
+
+def test_a_lazy_restart_of_an_incremental_generation(comp, two_generations):
+    prog, newest, _ = two_generations
+    proc, out = restart(comp, newest, None, "--lazy")
+    assert prog.check(out) == "ok 1"
+    comp.kill_and_wait(proc)
 
 
 def test_a_damaged_shared_chunk_is_caught_in_one_line(comp, two_generations):

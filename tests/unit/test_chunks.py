@@ -146,3 +146,16 @@ def test_a_generation_abandoned_midway_leaves_the_previous_one_whole(two, tmp_pa
     for d, m, data in ((d1, m1, first), (d2, m2, second)):
         integrity.verify(d, *reversed(integrity.expected(m)))
         assert _restored(d, m) == data
+
+
+def test_hashing_and_putting_together_on_every_core_give_the_same(tmp_path, monkeypatch):
+    first = os.urandom(SIZE)
+    second = bytearray(first)
+    second[3 * MIB:3 * MIB + 5] = b"12345"
+    d1, m1, _ = _generation(tmp_path / "one", 1, first)
+    d2, m2, _ = _generation(tmp_path / "one", 2, bytes(second), (d1, m1))
+    monkeypatch.setattr(chunks, "PARALLEL_FROM", 1)
+    p1, q1, _ = _generation(tmp_path / "all", 1, first)
+    p2, q2, _ = _generation(tmp_path / "all", 2, bytes(second), (p1, q1))
+    assert (q1.data, q2.data, q2.pages) == (m1.data, m2.data, m2.pages)
+    assert _restored(p2, q2) == bytes(second)
