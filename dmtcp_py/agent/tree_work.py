@@ -24,7 +24,7 @@ from dmtcp_py.agent.machine import Step, Work, WorkResult
 from dmtcp_py.agent.network import Network
 from dmtcp_py.agent.shimlink import ShimLink
 from dmtcp_py.agent.tree import Tree
-from dmtcp_py.images import checkpoint, store
+from dmtcp_py.images import checkpoint
 from dmtcp_py.listing import signal_name
 from dmtcp_py.paths import hostname, run_dir
 from dmtcp_py.protocol import messages
@@ -86,7 +86,7 @@ class TreeWork:
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         ckpt = checkpoint.Checkpoint.begin(cfg.ckptdir, cfg.program, cfg.tree_id,
-                                           step.generation)
+                                           step.generation, compressed=cfg.compress)
         # a process must not reconnect mid-dump: CRIU would meet a socket
         # leading out of the tree
         self.shims.stop_listening()
@@ -181,7 +181,7 @@ class TreeWork:
             except psutil.Error:
                 pass
         while True:
-            written = store.directory_bytes(ckpt.partial)
+            written = ckpt.written()
             self._send(messages.Progress(generation=generation, written=written,
                                          expected=max(expected, written)))
             await asyncio.sleep(PROGRESS_EVERY)

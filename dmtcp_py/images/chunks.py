@@ -45,6 +45,7 @@ when memory has room (as for compressed images).
 """
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import struct
@@ -271,18 +272,20 @@ class _Index:
 
 
 def store(partial: Path, generation: int, previous: Path | None,
-          previous_manifest: Manifest | None) -> Stored:
-    """Replace every pages-N.img of partial by data files (new ones
-    fsynced, old ones linked from previous), as the module says."""
+          previous_manifest: Manifest | None, dumped: Path | None = None) -> Stored:
+    """Replace every pages-N.img of partial (or of dumped, where CRIU wrote
+    them: a scratch directory the caller removes) by data files in partial
+    (new ones fsynced, old ones linked from previous), as the module says."""
     index = _Index(previous, previous_manifest)
     runs = page_runs(partial)
-    pages_files = sorted(partial.glob("pages-*.img"), key=lambda p: -p.stat().st_size)
-    if index:  # out of the way of the previous generation's data files, linked in
-        dumped = []
+    source = dumped or partial
+    pages_files = sorted(source.glob("pages-*.img"), key=lambda p: -p.stat().st_size)
+    if index and dumped is None:  # out of the way of the previous generation's files
+        moved = []
         for p in pages_files:
             os.rename(p, p.with_name(f".dumped-{p.name}"))
-            dumped.append(p.with_name(f".dumped-{p.name}"))
-        pages_files = dumped
+            moved.append(p.with_name(f".dumped-{p.name}"))
+        pages_files = moved
     out = Stored()
     workers = os.cpu_count() or 2
     with ThreadPoolExecutor(max_workers=workers) as pool, \
@@ -300,28 +303,49 @@ def store(partial: Path, generation: int, previous: Path | None,
     return out
 
 
-def _store_one(partial: Path, generation: int, pages: Path, runs, index: _Index,
-               flusher: Executor, pool: Executor, workers: int):
-    """(pages name, {data file: chunks}, its order, bytes written, bytes
-    shared) for one of CRIU's pages files (renamed .dumped-pages-N.img
-    when there is a previous generation)."""
-    size = pages.stat().st_size
-    lengths = cut(size, runs)
-    pages_name = pages.name.removeprefix(".dumped-")
-    own = f"{pages_name[:-len('.img')]}-g{generation}.img"
-    if not index:
-        # the first generation: CRIU's file is the data file, flushed while hashed
-        own = pages_name
+def _whole_file(partial: Path, pages: Path, own: str, lengths: list[int], flusher: Executor,
+                pool: Executor, workers: int, known: list[str] | None = None) -> list[str]:
+    """CRIU's file becomes the data file own, durable; its chunks' digests
+    (known: taken already).  In partial already: renamed, flushed while it
+    is hashed; in a scratch directory: copied (in the kernel) and flushed."""
+    if pages.parent == partial:
+        if pages.name != own:
+            os.rename(pages, partial / own)
         fd = os.open(partial / own, os.O_RDONLY | os.O_CLOEXEC)
         try:
             os.fchmod(fd, 0o600)
             flushed = flusher.submit(os.fsync, fd)
-            digests = hash_chunks(fd, lengths, pool, workers)
+            digests = known or hash_chunks(fd, lengths, pool, workers)
             flushed.result()
         finally:
             os.close(fd)
-        return (pages_name, {own: [[n, d] for n, d in zip(lengths, digests)]},
-                [[own, i] for i in range(len(lengths))], size, 0)
+        return digests
+    src = os.open(pages, os.O_RDONLY | os.O_CLOEXEC)
+    out = os.open(partial / own, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        digests = known or hash_chunks(src, lengths, pool, workers)
+        _copy(src, 0, out, sum(lengths))
+        os.fsync(out)
+    finally:
+        os.close(src)
+        os.close(out)
+    return digests
+
+
+def _store_one(partial: Path, generation: int, pages: Path, runs, index: _Index,
+               flusher: Executor, pool: Executor, workers: int):
+    """(pages name, {data file: chunks}, its order, bytes written, bytes
+    shared) for one of CRIU's pages files (in a scratch directory, or in
+    partial, renamed .dumped-pages-N.img when there is a previous
+    generation)."""
+    size = pages.stat().st_size
+    lengths = cut(size, runs)
+    pages_name = pages.name.removeprefix(".dumped-")
+    own = f"{pages_name[:-len('.img')]}-g{generation}.img"
+    if not index:  # the first generation: CRIU's file is the data file
+        digests = _whole_file(partial, pages, pages_name, lengths, flusher, pool, workers)
+        return (pages_name, {pages_name: [[n, d] for n, d in zip(lengths, digests)]},
+                [[pages_name, i] for i in range(len(lengths))], size, 0)
     fd = os.open(pages, os.O_RDONLY | os.O_CLOEXEC)
     try:
         digests = hash_chunks(fd, lengths, pool, workers)
@@ -332,16 +356,10 @@ def _store_one(partial: Path, generation: int, pages: Path, runs, index: _Index,
                 name, _, n = index.where[d]
                 live[name] = live.get(name, 0) + n
         keep = {name for name, n in live.items() if 2 * n >= index.sizes[name]}
-        if not keep:  # nothing shared: CRIU's file becomes the data file as it is
+        if not keep:  # nothing shared: all of CRIU's file is new
             os.close(fd)
             fd = -1
-            os.rename(pages, partial / own)
-            fd2 = os.open(partial / own, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                os.fchmod(fd2, 0o600)
-                os.fsync(fd2)
-            finally:
-                os.close(fd2)
+            _whole_file(partial, pages, own, lengths, flusher, pool, workers, digests)
             return (pages_name, {own: [[n, d] for n, d in zip(lengths, digests)]},
                     [[own, i] for i in range(len(lengths))], size, 0)
         chunks: dict[str, list[list]] = {name: [] for name in sorted(keep)}
@@ -378,15 +396,21 @@ def _store_one(partial: Path, generation: int, pages: Path, runs, index: _Index,
     finally:
         if fd >= 0:
             os.close(fd)
-        if pages.exists():
+        if pages.parent == partial and pages.exists():
             pages.unlink()  # before the kernel writes it back: never on the disk
 
 
 def _copy(src: int, offset: int, dst: int, n: int) -> None:
+    """n bytes of src from offset, appended to dst, in the kernel."""
     while n:
-        done = os.copy_file_range(src, dst, n, offset)
+        try:
+            done = os.copy_file_range(src, dst, n, offset)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                raise
+            done = os.sendfile(dst, src, offset, n)   # another file system
         if done <= 0:
-            raise OSError(f"copy_file_range stopped with {n} bytes left")
+            raise OSError(f"a pages file ended {n} bytes early")
         offset, n = offset + done, n - done
 
 
