@@ -164,6 +164,19 @@ class Checkpoint:
             store.discard(self.scratch)
 
 
+def _clear_stale_scratch(final: Path) -> None:
+    """Remove the scratch directories of this image that an agent which is
+    gone left (.<image>.partial-<generation>-<pid>.pages)."""
+    for stale in Path("/dev/shm").glob(f".{final.name}.partial-*-*.pages"):
+        try:
+            pid = int(stale.name[:-len(".pages")].rsplit("-", 1)[1])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            store.discard(stale)
+        except (ValueError, IndexError, PermissionError):
+            pass
+
+
 def _scratch_for(final: Path, partial: Path) -> Path | None:
     """A directory in /dev/shm for CRIU's pages, when the previous
     generation is of chunks and memory has room for its pages twice over;
@@ -175,6 +188,7 @@ def _scratch_for(final: Path, partial: Path) -> Path | None:
         size = sum(int(c[0]) for chunks_ in raw["data"].values() for c in chunks_)
     except (OSError, ValueError, TypeError, KeyError, IndexError):
         return None
+    _clear_stale_scratch(final)
     if not compress.room_in_memory(size):
         return None
     scratch = Path("/dev/shm") / f"{partial.name}.pages"
