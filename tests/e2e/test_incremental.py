@@ -189,3 +189,14 @@ def test_gzip_generations_are_whole_and_restart(comp, programs, tmp_path):
     proc, out = restart(comp, newest)
     assert prog.check(out) == "ok 1"
     comp.kill_and_wait(proc)
+
+
+def test_inspect_shows_the_chunks_and_what_is_shared(two_generations):
+    _, newest, _ = two_generations
+    out = subprocess.run([tool("dmtcp-inspect"), "--json", str(newest)], capture_output=True,
+                         text=True, timeout=TIMEOUT)
+    assert out.returncode == 0, out.stderr
+    info = json.loads(out.stdout)
+    info = info[0] if isinstance(info, list) else info
+    assert info["memory_bytes"] == pages_bytes(newest) and info["chunks"] > 0
+    assert info["shared_bytes"] >= info["memory_bytes"] * 9 // 10
