@@ -86,7 +86,7 @@ class TreeWork:
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         ckpt = checkpoint.Checkpoint.begin(cfg.ckptdir, cfg.program, cfg.tree_id,
-                                           step.generation, compressed=cfg.compress)
+                                           step.generation)
         # a process must not reconnect mid-dump: CRIU would meet a socket
         # leading out of the tree
         self.shims.stop_listening()
@@ -230,6 +230,9 @@ class TreeWork:
             log.error("generation %d not published: %s", ckpt.generation, exc)
             return f"publishing {ckpt.final}: {exc}"
         log.info("generation %d published as %s", ckpt.generation, ckpt.final)
+        log.debug("publish steps (ms): %s", checkpoint.step_times(
+            ckpt.steps.get("manifest", 0.0), {k: v for k, v in ckpt.steps.items()
+                                              if k in ("chunks", "seal", "publish")}))
         if ckpt.stored is not None:
             log.info("generation %d memory: %d bytes written, %d shared with the previous "
                      "generation", ckpt.generation, ckpt.stored.written, ckpt.stored.shared)

@@ -18,9 +18,7 @@ them in a worker thread):
 """
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,7 +28,7 @@ from dmtcp_py.agent import criu_driver
 from dmtcp_py.errors import ImageError
 from dmtcp_py.images import (chunks, compress, integrity, shared_files, store, temp_files,
                              written_files)
-from dmtcp_py.images.manifest import MANIFEST, Manifest, load
+from dmtcp_py.images.manifest import Manifest, load
 
 
 @dataclass
@@ -64,36 +62,27 @@ class Checkpoint:
     manifest: Manifest | None = None
     steps: dict[str, float] = field(default_factory=dict)  # step -> when it ended
     stored: chunks.Stored | None = None  # what the pages took (finish)
-    # where CRIU writes the memory pages when they will be chunks shared
-    # with the previous generation: a directory in memory (never written
-    # back to the disk, not even by another tree's syncfs; removed after
-    # the checkpoint's reply); None: the partial directory
-    scratch: Path | None = None
+    # CRIU's page files of an incremental generation, set aside once
+    # chunked: removed after the checkpoint's reply (~0.1-0.2 s per GiB),
+    # before the kernel writes them back
+    set_aside: Path | None = None
 
     @classmethod
-    def begin(cls, ckptdir: Path, program: str, tree_id: str, generation: int, *,
-              compressed: bool = False) -> Checkpoint:
+    def begin(cls, ckptdir: Path, program: str, tree_id: str, generation: int) -> Checkpoint:
         name = store.image_name(program, tree_id)
-        ckpt = cls(generation, store.make_partial(ckptdir, name, generation), ckptdir / name)
-        if not compressed:
-            ckpt.scratch = _scratch_for(ckpt.final, ckpt.partial)
-        return ckpt
+        partial = store.make_partial(ckptdir, name, generation)
+        _clear_stale(ckptdir, name)
+        return cls(generation, partial, ckptdir / name)
 
     def dump(self, root_pid: int, log_path: Path, *, leave_running: bool,
              external: list[str]) -> None:
-        criu_driver.dump(root_pid, self.scratch or self.partial, log_path,
-                         leave_running=leave_running, external=external)
+        criu_driver.dump(root_pid, self.partial, log_path, leave_running=leave_running,
+                         external=external)
         self.steps["criu"] = time.monotonic()
-        if self.scratch is not None:  # all but the pages where the rest of the image is
-            for entry in os.scandir(self.scratch):
-                if not entry.name.startswith("pages-"):
-                    shutil.move(entry.path, self.partial / entry.name)
-            self.steps["move"] = time.monotonic()
 
     def written(self) -> int:
         """Bytes written so far (while CRIU dumps)."""
-        return store.directory_bytes(self.partial) + (
-            store.directory_bytes(self.scratch) if self.scratch is not None else 0)
+        return store.directory_bytes(self.partial)
 
     def save_files(self, facts: TreeFacts, sockets: Callable[[Path], list[dict]]) -> Manifest:
         """Everything CRIU leaves out, and the manifest (in memory).  The
@@ -127,8 +116,7 @@ class Checkpoint:
             external=facts.external, criu_version=criu_driver.version(),
             pid_namespace=bool(facts.ns_pids), ns_pids=facts.ns_pids, init_dir=facts.init_dir,
             agent_socket_ns=facts.agent_socket_ns,
-            files={**store.file_sizes(partial),
-                   **(store.file_sizes(self.scratch) if self.scratch is not None else {})})
+            files=store.file_sizes(partial))
         self.steps["manifest"] = time.monotonic()
         return self.manifest
 
@@ -145,59 +133,28 @@ class Checkpoint:
             m = replace(m, compression=compress.NAME)
         else:
             previous = _previous(self.final)
+            self.set_aside = self.partial.with_name(self.partial.name + ".dumped")
             stored = chunks.store(self.partial, self.generation,
-                                  self.final if previous else None, previous, self.scratch)
+                                  self.final if previous else None, previous, self.set_aside)
             self.stored = stored
             self.steps["chunks"] = time.monotonic()
-        sealed = integrity.seal(self.partial, frozenset(stored.data))
+        # with CRIU's files set aside, no syncfs: it would write them to the disk
+        aside = self.set_aside is not None and self.set_aside.exists()
+        sealed = integrity.seal(self.partial, frozenset(stored.data), each=aside)
+        self.steps["seal"] = time.monotonic()
         m = replace(m, files=dict(sorted({**sealed.sizes, **stored.sizes}.items())),
                     blake3=dict(sorted({**sealed.digests, **stored.digests}.items())),
                     data=stored.data, pages=stored.pages)
         self.manifest = m
         m.write(self.partial)
         expired = store.publish(self.partial, self.final, keep)
-        return expired + ([self.scratch] if self.scratch is not None else [])
+        self.steps["publish"] = time.monotonic()
+        return expired + ([self.set_aside] if aside else [])
 
     def discard(self) -> None:
         store.discard(self.partial)
-        if self.scratch is not None:
-            store.discard(self.scratch)
-
-
-def _clear_stale_scratch(final: Path) -> None:
-    """Remove the scratch directories of this image that an agent which is
-    gone left (.<image>.partial-<generation>-<pid>.pages)."""
-    for stale in Path("/dev/shm").glob(f".{final.name}.partial-*-*.pages"):
-        try:
-            pid = int(stale.name[:-len(".pages")].rsplit("-", 1)[1])
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            store.discard(stale)
-        except (ValueError, IndexError, PermissionError):
-            pass
-
-
-def _scratch_for(final: Path, partial: Path) -> Path | None:
-    """A directory in /dev/shm for CRIU's pages, when the previous
-    generation is of chunks and memory has room for its pages twice over;
-    else None."""
-    try:
-        raw = json.loads((final / MANIFEST).read_text())
-        if not raw.get("data") or raw.get("compression"):
-            return None
-        size = sum(int(c[0]) for chunks_ in raw["data"].values() for c in chunks_)
-    except (OSError, ValueError, TypeError, KeyError, IndexError):
-        return None
-    _clear_stale_scratch(final)
-    if not compress.room_in_memory(size):
-        return None
-    scratch = Path("/dev/shm") / f"{partial.name}.pages"
-    store.discard(scratch)
-    try:
-        scratch.mkdir(mode=0o700)
-    except OSError:
-        return None
-    return scratch
+        if self.set_aside is not None:
+            store.discard(self.set_aside)
 
 
 def _previous(final: Path) -> Manifest | None:
@@ -208,6 +165,19 @@ def _previous(final: Path) -> Manifest | None:
     except ImageError:
         return None
     return m if m.data and not m.compression and m.blake3 else None
+
+
+def _clear_stale(ckptdir: Path, name: str) -> None:
+    """Remove what an agent that is gone left of this image's checkpoints
+    (.<image>.partial-<generation>-<pid>[.dumped])."""
+    for stale in ckptdir.glob(f".{name}.partial-*-*"):
+        try:
+            pid = int(stale.name.removesuffix(".dumped").rsplit("-", 1)[1])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            store.discard(stale)
+        except (ValueError, IndexError, PermissionError):
+            pass
 
 
 def delete(paths: list[Path]) -> None:

@@ -155,6 +155,14 @@ def _seal_one(path: str, flusher: Executor | None) -> tuple[int, str]:
 _libc: ctypes.CDLL | None = None
 
 
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _syncfs(directory: Path) -> None:
     """syncfs(2) of the file system holding directory: every file written
     there made durable with one flush of the device.  An image is ~40
@@ -173,11 +181,15 @@ def _syncfs(directory: Path) -> None:
         os.close(fd)
 
 
-def seal(directory: Path, done_already: frozenset[str] = frozenset()) -> Sealed:
+def seal(directory: Path, done_already: frozenset[str] = frozenset(),
+         each: bool = False) -> Sealed:
     """Make every file of an image but its manifest (and done_already:
     chunked data files, see images.chunks) private (0600) and durable, and
     take its size and digest: one open and one read of each, the biggest
-    first.  Files are not expected to change meanwhile."""
+    first.  Files are not expected to change meanwhile.  each: small files
+    are fsynced one by one (several at once), not with a syncfs, which
+    would write every dirty file of the file system (CRIU's page files
+    that an incremental generation set aside, see images.chunks)."""
     entries = [e for e in os.scandir(directory)
                if e.is_file(follow_symlinks=False) and e.name != MANIFEST
                and e.name not in done_already]
@@ -189,7 +201,11 @@ def seal(directory: Path, done_already: frozenset[str] = frozenset()) -> Sealed:
         with ThreadPoolExecutor(max_workers=_workers()) as pool, \
                 ThreadPoolExecutor(max_workers=1) as flusher:
             done = list(pool.map(lambda e: _seal_one(e.path, flusher), entries))
-    if any(size < FLUSH_APART for size in sizes.values()):
+    small = [e.path for e in entries if sizes[e.name] < FLUSH_APART]
+    if small and each:
+        with ThreadPoolExecutor(max_workers=8) as pool:  # one journal commit for many
+            list(pool.map(_fsync_file, small))
+    elif small:
         _syncfs(directory)
     by_name = sorted(zip((e.name for e in entries), done))
     return Sealed(sizes={name: size for name, (size, _) in by_name},

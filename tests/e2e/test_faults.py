@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -126,8 +125,6 @@ def test_criu_killed_mid_dump_the_program_goes_on_and_the_last_good_image_stays(
     assert status["running"] and status["generation"] == 1
     assert {p.name: p.stat().st_mtime_ns for p in comp.images()[0].iterdir()} == good
     assert not list(comp.ckptdir.glob(".*partial*"))
-    # nor the scratch directory CRIU wrote the pages of generation 2 into
-    assert not list(Path("/dev/shm").glob(f".{comp.images()[0].name}.partial-*"))
     armed.unlink()
     assert "checkpoint 2 done" in comp.checkpoint()  # the number of the failed one, now good
     assert comp.kill_and_wait(proc) != 0

@@ -42,13 +42,13 @@ def test_the_chunk_hasher_is_the_list_digest_and_refuses_other_lengths():
     assert short.hexdigest() == long.hexdigest() == "incomplete"
 
 
-def _generation(tmp_path, generation: int, pages: bytes, previous=None):
+def _generation(tmp_path, generation: int, pages: bytes, previous=None, aside=None):
     """A published generation holding pages as pages-1.img (no pagemap:
     cut at offsets), stored against the previous (directory, manifest)."""
     partial = store.make_partial(tmp_path, "ckpt_p_t.dmtcp", generation)
     (partial / "pages-1.img").write_bytes(pages)
     (partial / "core-1.img").write_bytes(b"core %d" % generation)
-    stored = chunks.store(partial, generation, *(previous or (None, None)))
+    stored = chunks.store(partial, generation, *(previous or (None, None)), aside)
     sealed = integrity.seal(partial, frozenset(stored.data))
     m = replace(make_manifest(generation), files={**sealed.sizes, **stored.sizes},
                 blake3={**sealed.digests, **stored.digests}, data=stored.data,
@@ -159,3 +159,14 @@ def test_hashing_and_putting_together_on_every_core_give_the_same(tmp_path, monk
     p2, q2, _ = _generation(tmp_path / "all", 2, bytes(second), (p1, q1))
     assert (q1.data, q2.data, q2.pages) == (m1.data, m2.data, m2.pages)
     assert _restored(p2, q2) == bytes(second)
+
+
+def test_criu_s_files_set_aside_are_left_for_the_caller(two, tmp_path):
+    (_, _, _, _), (d2, m2, _, second) = two
+    third = bytearray(second)
+    third[0] ^= 1
+    aside = tmp_path / ".aside"
+    d3, m3, s3 = _generation(tmp_path, 3, bytes(third), (d2, m2), aside)
+    assert [p.name for p in aside.iterdir()] == ["pages-1.img"]
+    assert (aside / "pages-1.img").read_bytes() == bytes(third)
+    assert s3.written == MIB and _restored(d3, m3) == bytes(third)
