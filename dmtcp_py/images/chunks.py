@@ -50,8 +50,9 @@ the manifest's blake3 map is the digest of its chunk digests
 checkpoint hashes each byte once.  At restore the pages-N.img files are put
 together again in a hidden view directory (readable): hard links when a
 data file is the whole pages file, else a copy of the chunks (in the
-kernel), beside the image (here a restart from a copy in /dev/shm took
-longer).
+kernel), in /dev/shm when memory has room twice over (a restart from a
+copy beside the image on ext4 took longer here), else beside the image;
+it is removed by a thread of its own once CRIU restored.
 """
 from __future__ import annotations
 
@@ -470,9 +471,10 @@ def readable(directory: Path, m: Manifest) -> Iterator[Path]:
     if all(w == p for p, w in whole.items()) and set(m.data) == set(m.pages):
         yield directory  # a full generation: a plain CRIU image
         return
-    # beside the image: written there (large folios) CRIU restored faster
-    # than from /dev/shm here, and the copy is removed before writeback
-    view = directory.parent / f".{directory.name}.restore-{os.getpid()}"
+    assembled = sum(sum(int(m.data[o[0]][int(o[1])][0]) for o in m.pages[p])
+                    for p, w in whole.items() if w is None)
+    parent = Path("/dev/shm") if compress.room_in_memory(assembled) else directory.parent
+    view = parent / f".{directory.name}.restore-{os.getpid()}"
     shutil.rmtree(view, ignore_errors=True)
     view.mkdir(mode=0o700)
     try:
@@ -488,7 +490,9 @@ def readable(directory: Path, m: Manifest) -> Iterator[Path]:
                     _assemble(directory, m, pages_name, view / pages_name, pool, workers)
         yield view
     finally:
-        shutil.rmtree(view, ignore_errors=True)
+        # removing a GiB takes ~0.2 s: not while the restart waits (a
+        # thread the interpreter waits for at exit)
+        threading.Thread(target=shutil.rmtree, args=(view, True), name="view-removal").start()
 
 
 def _assemble(directory: Path, m: Manifest, pages_name: str, target: Path,
