@@ -238,7 +238,6 @@ class Stored:
     pages: dict[str, list[list]] = field(default_factory=dict)  # manifest `pages`
     written: int = 0   # bytes written (and fsynced) into new data files
     shared: int = 0    # bytes of chunks linked from the previous generation
-    linked: list[str] = field(default_factory=list)  # data files linked, not written
 
     @property
     def digests(self) -> dict[str, str]:
@@ -315,7 +314,6 @@ def store(partial: Path, generation: int, previous: Path | None,
         out.pages[pages_name] = order
         out.written += written
         out.shared += shared
-    out.linked = sorted(n for n in out.data if (partial / n).stat().st_nlink > 1)
     return out
 
 
