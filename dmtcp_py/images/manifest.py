@@ -73,7 +73,10 @@ def _write(directory: Path, raw: dict) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.fchmod(fd, 0o600)  # whatever the umask
     with os.fdopen(fd, "w") as f:
-        json.dump(raw, f, indent=1, sort_keys=True)
+        # one line when it lists chunks (images.chunks): Python's JSON
+        # encoder with indent took 19 ms for the ~1000 chunks of 1 GiB, 0.6
+        # without; dmtcp-inspect is the readable view
+        json.dump(raw, f, indent=None if raw.get("data") else 1, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, directory / MANIFEST)
