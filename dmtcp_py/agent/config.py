@@ -21,3 +21,4 @@ class AgentConfig:
     manifest: Manifest | None = None
     compress: bool = False              # memory pages in zstd (images.compress)
     lazy: bool = False                  # restart: memory pages on demand (criu lazy-pages)
+    keep: int | None = None             # previous generations kept (None: the coordinator's)

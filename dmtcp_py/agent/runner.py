@@ -27,6 +27,7 @@ from dmtcp_py.agent.shimlink import ShimLink
 from dmtcp_py.agent.tree import Tree, become_subreaper
 from dmtcp_py.agent.tree_work import TreeWork
 from dmtcp_py.errors import ImageError, UserError
+from dmtcp_py.images import store
 from dmtcp_py.paths import hostname
 from dmtcp_py.protocol import messages
 from dmtcp_py.protocol.messages import ImageInfo
@@ -187,6 +188,8 @@ class Agent:
         welcome = await self.link.join(self.machine.hello(self.cfg.token, hostname(), os.getpid()))
         if self.cfg.ckptdir is None:  # the coordinator's, else where we run
             self.cfg.ckptdir = Path(welcome.ckptdir or os.getcwd()).resolve()
+        if self.cfg.keep is None:  # likewise
+            self.cfg.keep = welcome.keep if welcome.keep is not None else store.KEEP_PREVIOUS
         log.info("joined computation %s as agent %s", welcome.comp_id, welcome.agent_id)
         await self._apply(self.machine.welcomed(welcome))
 

@@ -15,7 +15,7 @@ from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.network import Network
 from dmtcp_py.agent.tree import Tree
 from dmtcp_py.errors import ImageError, UserError
-from dmtcp_py.images import (compress, integrity, shared_files, temp_files,
+from dmtcp_py.images import (chunks, compress, integrity, shared_files, temp_files,
                              written_files)
 from dmtcp_py.images.manifest import Manifest
 from dmtcp_py.paths import run_dir, shim_library, tool, tree_init, unprivileged
@@ -191,7 +191,7 @@ async def restore(cfg: AgentConfig, tree: Tree, net: Network, reach_ip: str) -> 
     tree.hold_reaping = True
     pager = None
     try:
-        with compress.readable(image) as images:
+        with chunks.readable(image, m) as images:
             if lazy:
                 pager = await loop.run_in_executor(None, criu_driver.LazyPages, images, work)
             pid = await loop.run_in_executor(

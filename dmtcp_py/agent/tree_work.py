@@ -26,7 +26,7 @@ from dmtcp_py.agent.machine import Step, Work, WorkResult
 from dmtcp_py.agent.network import Network
 from dmtcp_py.agent.shimlink import ShimLink
 from dmtcp_py.agent.tree import Tree
-from dmtcp_py.images import checkpoint, store
+from dmtcp_py.images import checkpoint
 from dmtcp_py.listing import signal_name
 from dmtcp_py.paths import hostname, run_dir
 from dmtcp_py.protocol import messages
@@ -222,7 +222,7 @@ class TreeWork:
             except psutil.Error:
                 pass
         while True:
-            written = store.directory_bytes(ckpt.partial)
+            written = ckpt.written()
             self._send(messages.Progress(generation=generation, written=written,
                                          expected=max(expected, written)))
             await asyncio.sleep(PROGRESS_EVERY)
@@ -279,12 +279,19 @@ class TreeWork:
         generations are deleted last.  The error, if it failed."""
         loop = asyncio.get_running_loop()
         try:
-            expired = await loop.run_in_executor(None, lambda: ckpt.finish(compressed=self.cfg.compress))
+            expired = await loop.run_in_executor(None, lambda: ckpt.finish(
+                compressed=self.cfg.compress, keep=self.cfg.keep))
         except OSError as exc:
             await loop.run_in_executor(None, ckpt.discard)
             log.error("generation %d not published: %s", ckpt.generation, exc)
             return f"publishing {ckpt.final}: {exc}"
         log.info("generation %d published as %s", ckpt.generation, ckpt.final)
+        log.debug("publish steps (ms): %s", checkpoint.step_times(
+            ckpt.steps.get("manifest", 0.0), {k: v for k, v in ckpt.steps.items()
+                                              if k in ("chunks", "seal", "publish")}))
+        if ckpt.stored is not None:
+            log.info("generation %d memory: %d bytes written, %d shared with the previous "
+                     "generation", ckpt.generation, ckpt.stored.written, ckpt.stored.shared)
         loop.run_in_executor(None, checkpoint.delete, expired)
         return None
 

@@ -67,3 +67,11 @@ def run(name: str, command: click.Command, args: list[str] | None = None) -> int
     except KeyboardInterrupt:
         return 130
     return code if isinstance(code, int) else 0
+
+
+def keep_option(f):
+    return click.option("--keep", type=click.IntRange(min=0), envvar="DMTCP_KEEP", metavar="N",
+                        help="Keep N previous generations of each image beside the newest "
+                        "(ckpt_*.dmtcp.gen-G); older ones are deleted once a new one is "
+                        "published [env DMTCP_KEEP; default: the coordinator's --keep, "
+                        "else 1].")(f)

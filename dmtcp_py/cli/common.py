@@ -35,7 +35,8 @@ def is_local(host: str) -> bool:
     return host in LOCAL_HOSTS or host == hostname()
 
 
-def start_coordinator(port: int, *, interval: float | str | None = None) -> int:
+def start_coordinator(port: int, *, interval: float | str | None = None,
+                      keep: int | None = None) -> int:
     """Start a background coordinator (exits with its last client) and
     return its port.  Fails if the port is taken.
 
@@ -51,6 +52,8 @@ def start_coordinator(port: int, *, interval: float | str | None = None) -> int:
                 "--port-file", str(port_file)]
         if interval:  # seconds, or "auto"
             args += ["--interval", str(interval)]
+        if keep is not None:
+            args += ["--keep", str(keep)]
         errors_r, errors_w = os.pipe()
         pid = os.fork()
         if pid == 0:
@@ -79,19 +82,19 @@ def _name_process(name: bytes) -> None:
 
 
 def ensure_coordinator(host: str, port: int, *, join: bool, new: bool,
-                       interval: float | str | None = None) -> int:
+                       interval: float | str | None = None, keep: int | None = None) -> int:
     """The port of a coordinator to use, started here when allowed."""
     if new:
         if not is_local(host):
             raise UserError(f"--new-coordinator starts one on this host, not on {host}")
-        return start_coordinator(port, interval=interval)
+        return start_coordinator(port, interval=interval, keep=keep)
     if port and coordinator_alive(host, port):
         return port
     if join:
         raise UserError(f"no coordinator at {host}:{port} (--join given)")
     if not is_local(host):
         raise UserError(f"no coordinator at {host}:{port}, and it is not this host: start one there")
-    return start_coordinator(port, interval=interval)
+    return start_coordinator(port, interval=interval, keep=keep)
 
 
 def exit_code(status: int) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from dmtcp_py import __version__, logs
-from dmtcp_py.cli.base import AUTO, CONTEXT, INTERVAL, coord_port_option, run
+from dmtcp_py.cli.base import AUTO, CONTEXT, INTERVAL, coord_port_option, keep_option, run
 from dmtcp_py.coordinator import console, recovery
 from dmtcp_py.coordinator.machine import CoordinatorMachine
 from dmtcp_py.coordinator.server import CoordinatorServer
@@ -62,12 +62,13 @@ from dmtcp_py.paths import token_file
               envvar="DMTCP_REPLICAS", metavar="N",
               help="Copy each tree's published images to N other hosts of the computation, "
                    "so that a lost host's trees restart from a copy [env DMTCP_REPLICAS].")
+@keep_option
 @click.option("--daemon", is_flag=True, help="Run in the background (no console).")
 @click.option("-q", "--quiet", is_flag=True, help="Print no progress messages.")
 @click.version_option(__version__, "--version")
 def cli(coord_port, listen_host, port_file, ckptdir, interval, exit_on_last, exit_after_ckpt,
-        auto_restart, max_restarts, hosts, heartbeat, heartbeat_timeout, replicas, daemon,
-        quiet):
+        auto_restart, max_restarts, hosts, heartbeat, heartbeat_timeout, replicas, keep,
+        daemon, quiet):
     """Coordinate checkpoints of every process tree launched against it.
 
     Console commands on standard input: c checkpoint, l list, s status,
@@ -88,6 +89,7 @@ def cli(coord_port, listen_host, port_file, ckptdir, interval, exit_on_last, exi
                                  interval=0.0 if interval == AUTO else interval,
                                  interval_auto=interval == AUTO,
                                  now=time.monotonic(), ckptdir=str(ckpt) if ckpt else None,
+                                 keep=keep,
                                  policy=policy)
     server = CoordinatorServer(machine, token, host=listen_host, port=coord_port,
                                ckptdir=ckpt, quiet=quiet or daemon)

@@ -13,7 +13,8 @@ import click
 from dmtcp_py import __version__, criu_access, logs
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.runner import Agent
-from dmtcp_py.cli.base import CONTEXT, INTERVAL, coord_host_option, coord_port_option, run
+from dmtcp_py.cli.base import (CONTEXT, INTERVAL, coord_host_option, coord_port_option,
+                               keep_option, run)
 from dmtcp_py.cli.common import (coordinator_choice_options, ensure_coordinator, exit_code,
                                  gzip_option)
 from dmtcp_py.client import resolve_token
@@ -48,10 +49,12 @@ def resolve_program(prog: str) -> str:
               envvar="DMTCP_CHECKPOINT_INTERVAL", metavar="SECONDS|auto",
               help="Checkpoint interval of a coordinator started here (auto: it chooses).")
 @gzip_option
+@keep_option
 @click.version_option(__version__, "--version")
 @click.argument("program")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def cli(coord_host, coord_port, join, new_coordinator, ckptdir, interval, gzip, program, args):
+def cli(coord_host, coord_port, join, new_coordinator, ckptdir, interval, gzip, keep, program,
+        args):
     """Run PROGRAM with ARGS under checkpoint control.
 
     Starts a coordinator on this host when none answers (unless --join).
@@ -70,12 +73,12 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, interval, gzip, 
     # None: the coordinator's directory if it has one, else the cwd
     chosen = ckptdir or os.environ.get("DMTCP_CHECKPOINT_DIR")
     port = ensure_coordinator(coord_host, coord_port, join=join, new=new_coordinator,
-                              interval=interval)
+                              interval=interval, keep=keep)
     tree_id = os.urandom(6).hex()
     logs.setup(f"agent-{tree_id}")
     cfg = AgentConfig(coord_host=coord_host, coord_port=port, token=resolve_token(port),
                       ckptdir=Path(chosen).resolve() if chosen else None, tree_id=tree_id, program=os.path.basename(program),
-                      argv=argv, path=path, compress=gzip)
+                      argv=argv, path=path, compress=gzip, keep=keep)
     return exit_code(asyncio.run(Agent(cfg).run()))
 
 

@@ -14,7 +14,7 @@ from dmtcp_py import __version__, criu_access, logs
 from dmtcp_py.agent import stdio
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.runner import Agent, import_checkpoint_modules
-from dmtcp_py.cli.base import CONTEXT, coord_host_option, coord_port_option, run
+from dmtcp_py.cli.base import CONTEXT, coord_host_option, coord_port_option, keep_option, run
 from dmtcp_py.cli.common import (coordinator_choice_options, ensure_coordinator, exit_code,
                                  gzip_option)
 from dmtcp_py.client import resolve_token
@@ -29,6 +29,7 @@ from dmtcp_py.images import integrity, manifest, shared_files, store
 @click.option("--ckptdir", metavar="DIR",
               help="Where the next checkpoints go [default: next to each image].")
 @gzip_option
+@keep_option
 @click.option("--any-owner", is_flag=True,
               help="Restart images that another user owns (refused otherwise).")
 @click.option("--allow-changed-files", is_flag=True,
@@ -43,7 +44,7 @@ from dmtcp_py.images import integrity, manifest, shared_files, store
               help="Restart generation N of each IMAGE: the image itself, or the one kept "
                    "beside it (IMAGE.gen-N) once a newer generation took its name.")
 @click.argument("images", nargs=-1, required=True, metavar="IMAGE...")
-def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, any_owner,
+def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, keep, any_owner,
         allow_changed_files, lazy, generation, images):
     """Restart the trees in the ckpt_*.dmtcp IMAGEs of one computation."""
     if (why := criu_access.problem()) is not None:
@@ -73,14 +74,14 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, any_owner,
                           for image, algorithm, digests in checks])
     if not allow_changed_files:
         _check_read_only_files([e for _, m in loaded for e in m.shared_files])
-    port = ensure_coordinator(coord_host, coord_port, join=join, new=new_coordinator)
+    port = ensure_coordinator(coord_host, coord_port, join=join, new=new_coordinator, keep=keep)
     token = resolve_token(port)
 
     def config(image: Path, m: manifest.Manifest) -> AgentConfig:
         return AgentConfig(coord_host=coord_host, coord_port=port, token=token,
                            ckptdir=Path(ckptdir).resolve() if ckptdir else image.parent,
                            tree_id=m.tree_id, program=m.program, argv=m.argv,
-                           image=image, manifest=m, compress=gzip, lazy=lazy)
+                           image=image, manifest=m, compress=gzip, lazy=lazy, keep=keep)
 
     if len(loaded) == 1:
         return _agent(config(*loaded[0]))

@@ -201,10 +201,11 @@ class CoordinatorMachine:
     def __init__(self, comp_id: str, *, exit_on_last: bool = False,
                  exit_after_ckpt: bool = False, interval: float = 0.0,
                  interval_auto: bool = False,
-                 now: float = 0.0, ckptdir: str | None = None,
+                 now: float = 0.0, ckptdir: str | None = None, keep: int | None = None,
                  policy: RecoveryPolicy = RecoveryPolicy()) -> None:
         self.comp_id = comp_id
         self.ckptdir = ckptdir  # offered to trees that did not choose their own
+        self.keep = keep        # likewise, --keep (previous generations kept)
         self.exit_on_last = exit_on_last
         self.exit_after_ckpt = exit_after_ckpt
         self.agents: dict[int, Agent] = {}
@@ -269,7 +270,7 @@ class CoordinatorMachine:
             comp_id=self.comp_id, agent_id=agent_id, generation=self.generation,
             ckptdir=self.ckptdir, heartbeat=pol.heartbeat,
             heartbeat_timeout=pol.heartbeat_timeout, auto_restart=pol.auto_restart,
-            replicas=pol.replicas)))
+            replicas=pol.replicas, keep=self.keep)))
         verb = "restarting" if hello.restart else "rejoined" if hello.rejoin else "joined"
         actions.append(Notice(f"{verb}: {agent.label()}"))
         return actions

@@ -10,21 +10,25 @@ them in a worker thread):
    of the files it writes, the links of removed mapped files.  The
    manifest is made here, in memory.
 3. finish (after the coordinator's commit, while the program runs again):
-   compress if asked, the checksums a restart checks, the manifest written
+   compress if asked, else keep the memory pages as chunks shared with the
+   previous generation (images.chunks), the checksums a restart checks, the manifest written
    once, everything made durable, then the partial directory takes the
    image's name atomically (store.publish).
    Or discard: the partial directory goes, the previous image stays.
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from dmtcp_py.agent import criu_driver
-from dmtcp_py.images import compress, integrity, shared_files, store, temp_files, written_files
-from dmtcp_py.images.manifest import Manifest
+from dmtcp_py.errors import ImageError
+from dmtcp_py.images import (chunks, compress, integrity, shared_files, store, temp_files,
+                             written_files)
+from dmtcp_py.images.manifest import Manifest, load
 
 
 @dataclass
@@ -57,17 +61,28 @@ class Checkpoint:
     final: Path
     manifest: Manifest | None = None
     steps: dict[str, float] = field(default_factory=dict)  # step -> when it ended
+    stored: chunks.Stored | None = None  # what the pages took (finish)
+    # CRIU's page files of an incremental generation, set aside once
+    # chunked: removed after the checkpoint's reply (~0.1-0.2 s per GiB),
+    # before the kernel writes them back
+    set_aside: Path | None = None
 
     @classmethod
     def begin(cls, ckptdir: Path, program: str, tree_id: str, generation: int) -> Checkpoint:
         name = store.image_name(program, tree_id)
-        return cls(generation, store.make_partial(ckptdir, name, generation), ckptdir / name)
+        partial = store.make_partial(ckptdir, name, generation)
+        _clear_stale(ckptdir, name)
+        return cls(generation, partial, ckptdir / name)
 
     def dump(self, root_pid: int, log_path: Path, *, leave_running: bool,
              external: list[str]) -> None:
         criu_driver.dump(root_pid, self.partial, log_path, leave_running=leave_running,
                          external=external)
         self.steps["criu"] = time.monotonic()
+
+    def written(self) -> int:
+        """Bytes written so far (while CRIU dumps)."""
+        return store.directory_bytes(self.partial)
 
     def save_files(self, facts: TreeFacts, sockets: Callable[[Path], list[dict]]) -> Manifest:
         """Everything CRIU leaves out, and the manifest (in memory).  The
@@ -105,22 +120,66 @@ class Checkpoint:
         self.steps["manifest"] = time.monotonic()
         return self.manifest
 
-    def finish(self, *, compressed: bool, durable: bool = True) -> list[Path]:
-        """Compress (if asked), checksum, write the manifest once, make it
-        all durable and give it the image's name.  Returns the expired
+    def finish(self, *, compressed: bool, keep: int | None = None,
+               durable: bool = True) -> list[Path]:
+        """Compress (if asked) or store the pages as chunks, checksum,
+        write the manifest once, make it all durable (unless not durable:
+        an image that only carries a migration) and give it the image's
+        name, keeping `keep` previous generations.  Returns the expired
         generations, already out of the way, for the caller to delete."""
         assert self.manifest is not None, "finish before save_files"
         m = self.manifest
+        stored = chunks.Stored()
         if compressed and compress.compress(self.partial):
             m = replace(m, compression=compress.NAME)
-        sealed = integrity.seal(self.partial, durable)
-        m = replace(m, files=sealed.sizes, blake3=sealed.digests)
+        else:
+            previous = _previous(self.final)
+            self.set_aside = self.partial.with_name(self.partial.name + ".dumped")
+            stored = chunks.store(self.partial, self.generation,
+                                  self.final if previous else None, previous, self.set_aside)
+            self.stored = stored
+            self.steps["chunks"] = time.monotonic()
+        # with CRIU's files set aside, no syncfs: it would write them to the disk
+        aside = self.set_aside is not None and self.set_aside.exists()
+        sealed = integrity.seal(self.partial, frozenset(stored.data), each=aside,
+                                durable=durable)
+        self.steps["seal"] = time.monotonic()
+        m = replace(m, files=dict(sorted({**sealed.sizes, **stored.sizes}.items())),
+                    blake3=dict(sorted({**sealed.digests, **stored.digests}.items())),
+                    data=stored.data, pages=stored.pages)
         self.manifest = m
         m.write(self.partial)
-        return store.publish(self.partial, self.final, durable)
+        expired = store.publish(self.partial, self.final, keep, durable)
+        self.steps["publish"] = time.monotonic()
+        return expired + ([self.set_aside] if aside else [])
 
     def discard(self) -> None:
         store.discard(self.partial)
+        if self.set_aside is not None:
+            store.discard(self.set_aside)
+
+
+def _previous(final: Path) -> Manifest | None:
+    """The manifest of the generation published under the image's name, if
+    it is whole and its chunks can be shared; None: write a full one."""
+    try:
+        m = load(final)
+    except ImageError:
+        return None
+    return m if m.data and not m.compression and m.blake3 else None
+
+
+def _clear_stale(ckptdir: Path, name: str) -> None:
+    """Remove what an agent that is gone left of this image's checkpoints
+    (.<image>.partial-<generation>-<pid>[.dumped])."""
+    for stale in ckptdir.glob(f".{name}.partial-*-*"):
+        try:
+            pid = int(stale.name.removesuffix(".dumped").rsplit("-", 1)[1])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            store.discard(stale)
+        except (ValueError, IndexError, PermissionError):
+            pass
 
 
 def delete(paths: list[Path]) -> None:

@@ -51,15 +51,19 @@ def compress(directory: Path) -> bool:
     return done
 
 
+def room_in_memory(size: int) -> bool:
+    """/dev/shm has room for size bytes twice over (the restored program
+    needs as much again)."""
+    try:
+        return psutil.virtual_memory().available > 2 * size and os.path.isdir("/dev/shm")
+    except OSError:
+        return False
+
+
 def _view_parent(directory: Path, packed: list[Path]) -> Path:
     """/dev/shm if memory has room for the decompressed pages twice over."""
     guess = 4 * sum(p.stat().st_size for p in packed)  # what zstd level 1 typically saves
-    try:
-        if psutil.virtual_memory().available > 2 * guess and os.path.isdir("/dev/shm"):
-            return Path("/dev/shm")
-    except OSError:
-        pass
-    return directory.parent
+    return Path("/dev/shm") if room_in_memory(guess) else directory.parent
 
 
 def _decompress(src: Path, target: Path) -> None:

@@ -77,13 +77,21 @@ def describe(directory: Path) -> dict:
     missing, incomplete or corrupt."""
     directory = Path(directory)
     m = manifest_mod.load(directory)
-    pages = sum(size for name, size in m.files.items() if name.startswith("pages-"))
+    if m.pages:  # incremental (images.chunks): the chunks that make the page files
+        pages = sum(int(m.data[name][int(i)][0]) for order in m.pages.values()
+                    for name, i in order)
+    else:
+        pages = sum(size for name, size in m.files.items() if name.startswith("pages-"))
+    # bytes of files another generation holds too (hard links)
+    shared = sum(size for name, size in m.files.items()
+                 if name in m.data and (directory / name).stat().st_nlink > 1)
     return {
         "image": str(directory), "program": m.program, "argv": m.argv, "host": m.host,
         "computation": m.comp_id, "tree": m.tree_id, "generation": m.generation,
         "time": m.time, "time_text": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(m.time)),
         "trees_in_generation": m.num_trees, "criu_version": m.criu_version,
         "bytes": m.total_bytes, "memory_bytes": pages, "compression": m.compression or None,
+        "chunks": sum(len(order) for order in m.pages.values()), "shared_bytes": shared,
         "processes": _processes(directory, m),
         "sockets": _sockets(directory, m),
         "files": _files(directory),
@@ -110,6 +118,8 @@ def text(info: dict) -> list[str]:
         f"  size         {info['bytes']} bytes ({info['memory_bytes']} of memory pages"
         + (f", {info['compression']}" if info["compression"] else "") + f"), "
         f"CRIU {info['criu_version']}",
+        *([f"  chunks       {info['chunks']} of memory; {info['shared_bytes']} bytes in "
+           "files other generations hold too (hard links)"] if info.get("chunks") else []),
         f"  processes    {len(procs)}, threads {sum(p['threads'] for p in procs)} "
         "(not counting the checkpoint threads)",
     ]

@@ -29,6 +29,7 @@ from pathlib import Path
 import blake3
 
 from dmtcp_py.errors import ImageError
+from dmtcp_py.images import chunks
 from dmtcp_py.images.manifest import MANIFEST, Manifest
 
 ALGORITHM = "blake3"  # of the images sealed now
@@ -44,14 +45,36 @@ def hasher(algorithm: str):
     raise ValueError(f"unknown digest algorithm {algorithm!r}")
 
 
+class ChunkedDigest(str):
+    """The digest of a data file of chunks (images.chunks): the digest of
+    its chunks' digests, taken with the chunks' lengths."""
+    lengths: list[int]
+
+    def __new__(cls, digest: str, lengths: list[int]) -> ChunkedDigest:
+        self = super().__new__(cls, digest)
+        self.lengths = lengths
+        return self
+
+
 def expected(m: Manifest) -> tuple[str, dict[str, str]]:
     """(algorithm, name -> digest) a manifest's files were sealed with; an
-    image from before digests has none (its files are then not checked)."""
+    image from before digests has none (its files are then not checked).
+    The digests of chunked data files know their chunks' lengths."""
     for algorithm in ALGORITHMS:
         digests = getattr(m, algorithm)
         if digests:
+            if m.data:
+                lengths = chunks.lengths_of(m.data)
+                digests = {n: ChunkedDigest(d, lengths[n]) if n in lengths else d
+                           for n, d in digests.items()}
             return algorithm, digests
     return ALGORITHM, {}
+
+
+def hasher_for(algorithm: str, digest: str):
+    """The hash object that checks a file against digest."""
+    lengths = getattr(digest, "lengths", None)
+    return chunks.ChunkHasher(lengths) if lengths is not None else hasher(algorithm)
 
 CHUNK = 1 << 20
 # A file this big is written to disk by a thread of its own while it is
@@ -68,7 +91,7 @@ SEAL_INLINE = 32 << 20
 _buffers = threading.local()
 
 
-def _hash_fd(fd: int, algorithm: str = ALGORITHM) -> str:
+def _hash_fd(fd: int, algorithm: str = ALGORITHM, digest=None) -> str:
     # One buffer per thread, read into again and again: a fresh 1 MiB
     # bytes object per read is a fresh mmap whose every page faults in,
     # and on these VMs a page the host took back faults in ~10x slower
@@ -76,16 +99,16 @@ def _hash_fd(fd: int, algorithm: str = ALGORITHM) -> str:
     buf = getattr(_buffers, "buf", None)
     if buf is None:
         buf = _buffers.buf = memoryview(bytearray(CHUNK))
-    digest = hasher(algorithm)
+    h = hasher(algorithm) if digest is None else digest
     while n := os.readv(fd, [buf]):
-        digest.update(buf[:n])
-    return digest.hexdigest()
+        h.update(buf[:n])
+    return h.hexdigest()
 
 
-def _digest(path: Path, algorithm: str) -> str:
+def _digest(path: Path, algorithm: str, expect: str = "") -> str:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        return _hash_fd(fd, algorithm)
+        return _hash_fd(fd, algorithm, hasher_for(algorithm, expect))
     finally:
         os.close(fd)
 
@@ -94,8 +117,8 @@ def _workers() -> int:
     return os.cpu_count() or 2
 
 
-def _parallel(files: list[tuple[Path, str]]) -> list[str]:
-    """The digests of (path, algorithm)s, on every core."""
+def _parallel(files: list[tuple[Path, str, str]]) -> list[str]:
+    """The digests of (path, algorithm, expected digest)s, on every core."""
     with ThreadPoolExecutor(max_workers=_workers()) as pool:
         return list(pool.map(lambda f: _digest(*f), files))
 
@@ -132,6 +155,14 @@ def _seal_one(path: str, flusher: Executor | None, durable: bool = True) -> tupl
 _libc: ctypes.CDLL | None = None
 
 
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _syncfs(directory: Path) -> None:
     """syncfs(2) of the file system holding directory: every file written
     there made durable with one flush of the device.  An image is ~40
@@ -150,14 +181,20 @@ def _syncfs(directory: Path) -> None:
         os.close(fd)
 
 
-def seal(directory: Path, durable: bool = True) -> Sealed:
-    """Make every file of an image but its manifest private (0600) and
-    durable, and take its size and digest: one open and one read of each,
-    the biggest first.  Files are not expected to change meanwhile.
+def seal(directory: Path, done_already: frozenset[str] = frozenset(),
+         each: bool = False, durable: bool = True) -> Sealed:
+    """Make every file of an image but its manifest (and done_already:
+    chunked data files, see images.chunks) private (0600) and durable, and
+    take its size and digest: one open and one read of each, the biggest
+    first.  Files are not expected to change meanwhile.  each: small files
+    are fsynced one by one (several at once), not with a syncfs, which
+    would write every dirty file of the file system (CRIU's page files
+    that an incremental generation set aside, see images.chunks).
     durable=False: no fsync (an image that only carries a migration: its
     tree is still there if the host fails meanwhile)."""
     entries = [e for e in os.scandir(directory)
-               if e.is_file(follow_symlinks=False) and e.name != MANIFEST]
+               if e.is_file(follow_symlinks=False) and e.name != MANIFEST
+               and e.name not in done_already]
     sizes = {e.name: e.stat(follow_symlinks=False).st_size for e in entries}
     entries.sort(key=lambda e: (-sizes[e.name], e.name))
     if sum(sizes.values()) < SEAL_INLINE:
@@ -167,7 +204,11 @@ def seal(directory: Path, durable: bool = True) -> Sealed:
                 ThreadPoolExecutor(max_workers=1) as flusher:
             done = list(pool.map(
                 lambda e: _seal_one(e.path, flusher if durable else None, durable), entries))
-    if durable and any(size < FLUSH_APART for size in sizes.values()):
+    small = [e.path for e in entries if sizes[e.name] < FLUSH_APART] if durable else []
+    if small and each:
+        with ThreadPoolExecutor(max_workers=8) as pool:  # one journal commit for many
+            list(pool.map(_fsync_file, small))
+    elif small:
         _syncfs(directory)
     by_name = sorted(zip((e.name for e in entries), done))
     return Sealed(sizes={name: size for name, (size, _) in by_name},
@@ -181,7 +222,7 @@ def held_back(name: str) -> bool:
     instead if a digest did not match.  CRIU's descriptions of processes
     and files, and our copies of files the restart writes back, are
     checked before anything is written."""
-    return name.startswith("pages-")
+    return name.startswith("pages-")  # the data files of chunks too
 
 
 def split(expected: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -205,7 +246,8 @@ def verify_all(images: list[tuple[Path, str, dict[str, str]]],
     files = [(directory, algorithm, name, digest) for directory, algorithm, expected in images
              for name, digest in sorted(expected.items())]
     try:
-        actual = _parallel([(directory / name, algorithm) for directory, algorithm, name, _ in files])
+        actual = _parallel([(directory / name, algorithm, digest)
+                            for directory, algorithm, name, digest in files])
     except OSError as exc:
         where = next((d for d, _, n, _ in files if str(d / n) == exc.filename), exc.filename)
         raise ImageError(f"image {where}: cannot read {exc.filename}: {exc.strerror}") from None

@@ -45,6 +45,10 @@ class Manifest:
     compression: str = ""       # "zstd": pages-*.img.zst (see images.compress)
     blake3: dict[str, str] = field(default_factory=dict)  # name -> digest (images.integrity)
     sha256: dict[str, str] = field(default_factory=dict)  # the same, in images of 0.1.x
+    # incremental generations (images.chunks): data file -> its chunks
+    # [[length, blake3], ...]; pages-N.img -> [[data file, chunk index], ...]
+    data: dict[str, list] = field(default_factory=dict)
+    pages: dict[str, list] = field(default_factory=dict)
     # the tree ran in a PID namespace of its own (restored into a new one:
     # its pids need not be free); ns_pids: each pid -> its id in there
     pid_namespace: bool = False
@@ -69,7 +73,10 @@ def _write(directory: Path, raw: dict) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.fchmod(fd, 0o600)  # whatever the umask
     with os.fdopen(fd, "w") as f:
-        json.dump(raw, f, indent=1, sort_keys=True)
+        # one line when it lists chunks (images.chunks): Python's JSON
+        # encoder with indent took 19 ms for the ~1000 chunks of 1 GiB, 0.6
+        # without; dmtcp-inspect is the readable view
+        json.dump(raw, f, indent=None if raw.get("data") else 1, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, directory / MANIFEST)

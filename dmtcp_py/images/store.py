@@ -5,7 +5,10 @@ made durable (integrity.seal does it while hashing them), and only then
 does it take the image's name, by an atomic exchange with the previous
 generation (renameat2 RENAME_EXCHANGE).  At every instant
 `ckpt_<program>_<id>.dmtcp` is a complete generation; the previous one is
-kept beside it as `ckpt_<program>_<id>.dmtcp.gen-<N>`.
+kept beside it as `ckpt_<program>_<id>.dmtcp.gen-<N>`, and older ones up
+to the number asked for (--keep; KEEP_PREVIOUS by default).  Generations
+share unchanged memory chunks through hard links (images.chunks): removing
+one never touches the files of another.
 """
 from __future__ import annotations
 
@@ -97,13 +100,16 @@ def directory_bytes(directory: Path) -> int:
     return total
 
 
-def publish(partial: Path, final: Path, durable: bool = True) -> list[Path]:
+def publish(partial: Path, final: Path, keep: int | None = None,
+            durable: bool = True) -> list[Path]:
     """Give partial (complete, its files sealed, its manifest written and
-    fsynced) the name final, atomically.
+    fsynced) the name final, atomically; keep `keep` previous generations
+    beside it (0: none; None: KEEP_PREVIOUS).
 
     Returns the generations that fell out of the kept window, already moved
     out of the way under hidden names: deleting a GiB-sized image takes
     about half a second here, so the caller does it after replying."""
+    keep = KEEP_PREVIOUS if keep is None else keep
     os.chmod(partial, 0o700)
     if durable:
         _fsync_path(partial, directory=True)
@@ -111,10 +117,10 @@ def publish(partial: Path, final: Path, durable: bool = True) -> list[Path]:
     if final.exists():
         old_gen = _generation_of(final)
         _exchange(partial, final)          # final is now the new generation
-        keep = parent / f"{final.name}.gen-{old_gen if old_gen is not None else 'old'}"
-        expired = [_retire(keep)] if keep.exists() else []
-        os.rename(partial, keep)           # partial now holds the previous one
-        expired += [_retire(e) for e in _beyond_window(final)]
+        kept = parent / f"{final.name}.gen-{old_gen if old_gen is not None else 'old'}"
+        expired = [_retire(kept)] if kept.exists() else []
+        os.rename(partial, kept)           # partial now holds the previous one
+        expired += [_retire(e) for e in _beyond_window(final, keep)]
     else:
         os.rename(partial, final)
         expired = []
@@ -123,13 +129,13 @@ def publish(partial: Path, final: Path, durable: bool = True) -> list[Path]:
     return expired
 
 
-def _beyond_window(final: Path) -> list[Path]:
+def _beyond_window(final: Path, keep: int) -> list[Path]:
     kept = []
     for entry in final.parent.glob(f"{final.name}.gen-*"):
         suffix = entry.name.rsplit("-", 1)[-1]
         kept.append((int(suffix) if suffix.isdigit() else -1, entry))
     kept.sort()
-    return [entry for _, entry in (kept[:-KEEP_PREVIOUS] if KEEP_PREVIOUS else kept)]
+    return [entry for _, entry in (kept[:-keep] if keep > 0 else kept)]
 
 
 def _retire(entry: Path) -> Path:

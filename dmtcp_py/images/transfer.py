@@ -2,7 +2,9 @@
 
 The stream is a header line (JSON: the image's name, its generation, the
 manifest's length), the manifest itself, then every file the manifest
-lists, whole, in the manifest's order.  The receiver trusts nothing in it:
+lists, whole, in the manifest's order (an incremental generation's data
+files too, chunks it shares with older generations included: a copy
+stands alone, and the receiver checks a data file chunk by chunk).  The receiver trusts nothing in it:
 the name must be an image's name, each file must have the size and the
 digest (blake3, or sha256 in older images) that the manifest recorded when the image was sealed, and only then
 is the copy published, atomically, exactly as a local generation is
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from dmtcp_py.errors import ImageError
-from dmtcp_py.images import integrity, store
+from dmtcp_py.images import chunks, integrity, store
 from dmtcp_py.images.manifest import MANIFEST, load
 
 MAGIC = "dmtcp-image"
@@ -110,6 +112,10 @@ def receive(inp: BinaryIO, ckptdir: Path) -> Path:
             algorithm = next((a for a in integrity.ALGORITHMS if manifest.get(a)),
                              integrity.ALGORITHM)
             digests = dict(manifest.get(algorithm) or {})
+            # a data file of chunks (images.chunks) is checked chunk by chunk
+            for fname, lengths in chunks.lengths_of(dict(manifest.get("data") or {})).items():
+                if fname in digests:
+                    digests[fname] = integrity.ChunkedDigest(str(digests[fname]), lengths)
             ok = int(manifest["generation"]) == gen
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ImageError(f"the manifest of {name} is corrupt: {exc}") from None
@@ -132,7 +138,7 @@ def receive(inp: BinaryIO, ckptdir: Path) -> Path:
 
 def _receive_file(inp: BinaryIO, path: Path, size: int, algorithm: str, digest: str,
                   image: str) -> None:
-    h = integrity.hasher(algorithm)
+    h = integrity.hasher_for(algorithm, digest)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     def write(chunk: bytes) -> None:
         h.update(chunk)

@@ -284,6 +284,9 @@ class Welcome(Message):
     # each published generation is copied to this many other hosts: the
     # agent takes copies too (and says where, ReplicaService)
     replicas: int = _at_least(0, 0)
+    # previous generations each tree keeps beside its newest (--keep);
+    # None: the tree's own choice, else store.KEEP_PREVIOUS
+    keep: int | None = _at_least(0, None)
 
 
 # agent -> coordinator: where it takes replicas of other hosts' images

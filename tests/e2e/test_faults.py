@@ -146,7 +146,10 @@ def small_disk(tmp_path):
 def test_a_full_disk_fails_the_checkpoint_and_keeps_the_last_good_one(comp, tmp_path,
                                                                       small_disk):
     program = tmp_path / "fifty.py"
-    program.write_text(BIG_PROGRAM.replace("256 << 20", "50 << 20"))
+    # every page changes at every tick: generations share no chunk (images.chunks)
+    program.write_text(BIG_PROGRAM.replace("256 << 20", "50 << 20").replace(
+        '    print("tick"',
+        '    memory[::4096] = bytes([tick % 251 + 1]) * len(memory[::4096])\n    print("tick"'))
     proc, out = comp.launch("--ckptdir", str(small_disk), "python3", str(program))
     comp.wait_peers(1)
     wait_for(lambda: last_tick(out) >= 3, what="the program")
