@@ -20,5 +20,6 @@ class AgentConfig:
     image: Path | None = None           # restart
     manifest: Manifest | None = None
     compress: bool = False              # memory pages in zstd (images.compress)
+    incremental: bool = False           # pages as chunks shared with the previous generation
     lazy: bool = False                  # restart: memory pages on demand (criu lazy-pages)
     keep: int | None = None             # previous generations kept (None: the coordinator's)

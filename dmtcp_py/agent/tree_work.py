@@ -280,7 +280,8 @@ class TreeWork:
         loop = asyncio.get_running_loop()
         try:
             expired = await loop.run_in_executor(None, lambda: ckpt.finish(
-                compressed=self.cfg.compress, keep=self.cfg.keep))
+                compressed=self.cfg.compress, keep=self.cfg.keep,
+                incremental=self.cfg.incremental))
         except OSError as exc:
             await loop.run_in_executor(None, ckpt.discard)
             log.error("generation %d not published: %s", ckpt.generation, exc)

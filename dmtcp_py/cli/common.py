@@ -31,6 +31,15 @@ def gzip_option(f):
                         "core, after the program runs again) [env DMTCP_GZIP=1; default: no].")(f)
 
 
+def incremental_option(f):
+    return click.option("--incremental/--no-incremental", envvar="DMTCP_INCREMENTAL",
+                        default=False,
+                        help="Write only the memory that changed since the previous generation "
+                        "(1 MiB chunks, the rest shared with it by hard links); a restart from "
+                        "such a generation first puts its page files together [env "
+                        "DMTCP_INCREMENTAL=1; default: no].")(f)
+
+
 def is_local(host: str) -> bool:
     return host in LOCAL_HOSTS or host == hostname()
 

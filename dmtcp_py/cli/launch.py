@@ -16,7 +16,7 @@ from dmtcp_py.agent.runner import Agent
 from dmtcp_py.cli.base import (CONTEXT, INTERVAL, coord_host_option, coord_port_option,
                                keep_option, run)
 from dmtcp_py.cli.common import (coordinator_choice_options, ensure_coordinator, exit_code,
-                                 gzip_option)
+                                 gzip_option, incremental_option)
 from dmtcp_py.client import resolve_token
 from dmtcp_py.errors import UserError
 from dmtcp_py.paths import shim_library, tool, tree_init
@@ -49,11 +49,13 @@ def resolve_program(prog: str) -> str:
               envvar="DMTCP_CHECKPOINT_INTERVAL", metavar="SECONDS|auto",
               help="Checkpoint interval of a coordinator started here (auto: it chooses).")
 @gzip_option
+@incremental_option
 @keep_option
 @click.version_option(__version__, "--version")
 @click.argument("program")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def cli(coord_host, coord_port, join, new_coordinator, ckptdir, interval, gzip, keep, program,
+def cli(coord_host, coord_port, join, new_coordinator, ckptdir, interval, gzip, incremental, keep,
+        program,
         args):
     """Run PROGRAM with ARGS under checkpoint control.
 
@@ -78,7 +80,8 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, interval, gzip, 
     logs.setup(f"agent-{tree_id}")
     cfg = AgentConfig(coord_host=coord_host, coord_port=port, token=resolve_token(port),
                       ckptdir=Path(chosen).resolve() if chosen else None, tree_id=tree_id, program=os.path.basename(program),
-                      argv=argv, path=path, compress=gzip, keep=keep)
+                      argv=argv, path=path, compress=gzip, keep=keep,
+                      incremental=incremental)
     return exit_code(asyncio.run(Agent(cfg).run()))
 
 

@@ -16,7 +16,7 @@ from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.runner import Agent, import_checkpoint_modules
 from dmtcp_py.cli.base import CONTEXT, coord_host_option, coord_port_option, keep_option, run
 from dmtcp_py.cli.common import (coordinator_choice_options, ensure_coordinator, exit_code,
-                                 gzip_option)
+                                 gzip_option, incremental_option)
 from dmtcp_py.client import resolve_token
 from dmtcp_py.errors import UserError
 from dmtcp_py.images import integrity, manifest, shared_files, store
@@ -29,6 +29,7 @@ from dmtcp_py.images import integrity, manifest, shared_files, store
 @click.option("--ckptdir", metavar="DIR",
               help="Where the next checkpoints go [default: next to each image].")
 @gzip_option
+@incremental_option
 @keep_option
 @click.option("--any-owner", is_flag=True,
               help="Restart images that another user owns (refused otherwise).")
@@ -44,7 +45,8 @@ from dmtcp_py.images import integrity, manifest, shared_files, store
               help="Restart generation N of each IMAGE: the image itself, or the one kept "
                    "beside it (IMAGE.gen-N) once a newer generation took its name.")
 @click.argument("images", nargs=-1, required=True, metavar="IMAGE...")
-def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, keep, any_owner,
+def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, incremental, keep,
+        any_owner,
         allow_changed_files, lazy, generation, images):
     """Restart the trees in the ckpt_*.dmtcp IMAGEs of one computation."""
     if (why := criu_access.problem()) is not None:
@@ -81,7 +83,8 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, keep, any_
         return AgentConfig(coord_host=coord_host, coord_port=port, token=token,
                            ckptdir=Path(ckptdir).resolve() if ckptdir else image.parent,
                            tree_id=m.tree_id, program=m.program, argv=m.argv,
-                           image=image, manifest=m, compress=gzip, lazy=lazy, keep=keep)
+                           image=image, manifest=m, compress=gzip, lazy=lazy, keep=keep,
+                           incremental=incremental)
 
     if len(loaded) == 1:
         return _agent(config(*loaded[0]))

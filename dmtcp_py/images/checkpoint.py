@@ -121,8 +121,8 @@ class Checkpoint:
         return self.manifest
 
     def finish(self, *, compressed: bool, keep: int | None = None,
-               durable: bool = True) -> list[Path]:
-        """Compress (if asked) or store the pages as chunks, checksum,
+               durable: bool = True, incremental: bool = False) -> list[Path]:
+        """Compress (if asked) or (incremental) store the pages as chunks, checksum,
         write the manifest once, make it all durable (unless not durable:
         an image that only carries a migration) and give it the image's
         name, keeping `keep` previous generations.  Returns the expired
@@ -132,7 +132,7 @@ class Checkpoint:
         stored = chunks.Stored()
         if compressed and compress.compress(self.partial):
             m = replace(m, compression=compress.NAME)
-        else:
+        elif incremental:
             previous = _previous(self.final)
             self.set_aside = self.partial.with_name(self.partial.name + ".dumped")
             stored = chunks.store(self.partial, self.generation,

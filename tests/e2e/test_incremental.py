@@ -22,8 +22,8 @@ class MemProgram:
 
     def __init__(self, comp, programs, tmp_path: Path, *options: str, env=None) -> None:
         self.comp, self.control, self.seq = comp, tmp_path / "control", 0
-        self.proc, self.out = comp.launch(*options, *programs["mem_phases"], str(MIB),
-                                          str(PERCENT), str(self.control), env=env)
+        self.proc, self.out = comp.launch("--incremental", *options, *programs["mem_phases"],
+                                          str(MIB), str(PERCENT), str(self.control), env=env)
         wait_for(lambda: "ready" in self.text(), what="the program to fill its memory")
         comp.wait_peers(1)
 
@@ -200,3 +200,17 @@ def test_inspect_shows_the_chunks_and_what_is_shared(two_generations):
     info = info[0] if isinstance(info, list) else info
     assert info["memory_bytes"] == pages_bytes(newest) and info["chunks"] > 0
     assert info["shared_bytes"] >= info["memory_bytes"] * 9 // 10
+
+
+def test_without_incremental_every_generation_is_whole(comp, programs, tmp_path):
+    """Incremental generations are asked for (--incremental): by default a
+    restart never has page files to put together."""
+    control = tmp_path / "control"
+    proc, out = comp.launch(*programs["mem_phases"], str(MIB), str(PERCENT), str(control))
+    wait_for(lambda: "ready" in out.read_text(), what="the program to fill its memory")
+    comp.wait_peers(1)
+    comp.checkpoint()
+    comp.checkpoint()
+    m = json.loads((comp.images()[0] / "manifest.json").read_text())
+    assert m["generation"] == 2 and not m["data"] and not m["pages"]
+    comp.kill_and_wait(proc)
