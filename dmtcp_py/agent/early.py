@@ -136,7 +136,12 @@ def start(plan: Plan) -> Started:
     taken); nothing is left running then."""
     sigmask = _signal.pthread_sigmask(_signal.SIG_BLOCK, HELD_SIGNALS)
     try:
-        spawn.become_subreaper()  # before an orphan of the tree can come back
+        # before an orphan of the tree can come back to us; not while a
+        # coordinator started here daemonizes, or it would come back to us
+        # (the agent becomes one once it is up; the init, subreaper of the
+        # whole tree, keeps what it orphans meanwhile)
+        if not plan.own_coordinator:
+            spawn.become_subreaper()
         env = program_env(plan)
         namespace = wants_pid_namespace()
         workdir = init_dir.make(init_dir.for_tree(plan.tree_id)) if namespace else None
@@ -173,13 +178,36 @@ def start(plan: Plan) -> Started:
 
 
 def _end(pid: int) -> None:
-    """A tree that cannot be watched: killed (pid 1 of a namespace takes
-    every process of it along) and reaped."""
+    """A tree that will not be watched: every process of it killed (pid 1
+    of a namespace takes the others along; without one, they are found
+    below the root), and the root reaped."""
+    below, seen = [pid], set()
+    while below:
+        one = below.pop()
+        if one in seen:
+            continue
+        seen.add(one)
+        try:
+            os.kill(one, _signal.SIGSTOP)  # (no more children meanwhile)
+        except OSError:
+            continue
+        below.extend(_children(one))
+    for one in seen:
+        try:
+            os.kill(one, _signal.SIGKILL)
+        except OSError:
+            pass
     try:
-        os.kill(pid, _signal.SIGKILL)
         os.waitpid(pid, 0)
     except OSError:
         pass
+
+
+def abandon(started: Started) -> None:
+    """The tree goes, unseen by any coordinator (one started for it could
+    not start)."""
+    _end(started.pid)
+    _leave(started)
 
 
 def load_beside(started: Started, module: str, *, may_leave: bool) -> int | None:
@@ -237,19 +265,26 @@ def _ended_alone(root: int) -> int | None:
     return 128 + ended.si_status  # killed by a signal
 
 
-def _children() -> list[int]:
-    """Our children, from /proc (every thread's)."""
+def _children(pid: int | None = None) -> list[int]:
+    """The children of pid (ours by default), from /proc (every thread's)."""
+    pid = os.getpid() if pid is None else pid
     out: list[int] = []
-    me = os.getpid()
-    for tid in os.listdir(f"/proc/{me}/task"):
-        text = procfs.read(f"/proc/{me}/task/{tid}/children")
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        text = procfs.read(f"/proc/{pid}/task/{tid}/children")
         if text:
             out.extend(int(c) for c in text.split())
     return out
 
 
 def _leave(started: Started) -> None:
-    os.waitpid(started.pid, 0)
+    try:
+        os.waitpid(started.pid, 0)
+    except ChildProcessError:
+        pass  # (reaped already)
     started.listener.close()
     if started.init_dir is not None:
         # no process works in it now (init_dir.release() looks at every

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from dmtcp_py.errors import CoordinatorUnreachable, UserError
-from dmtcp_py.paths import hostname
+from dmtcp_py.paths import hostname, run_dir_name
 from dmtcp_py.protocol.handshake import Coordinator
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -19,22 +19,31 @@ def is_local(host: str) -> bool:
     return host in LOCAL_HOSTS or host == hostname()
 
 
-def start_coordinator(port: int, *, interval: float | str | None = None) -> int:
-    """Start a background coordinator (exits with its last client) and
-    return its port.  Fails if the port is taken.
+class Starting:
+    """A background coordinator to start here (exits with its last client),
+    with token if given: begin() forks it, wait() says when it listens."""
 
-    Forks this process rather than starting a new interpreter: what is
-    already imported is shared, and the rest loads in the child.  Called
-    before any thread exists."""
-    import tempfile
+    def __init__(self, port: int, *, interval: float | str | None = None,
+                 token: str | None = None) -> None:
+        self.port = port  # as asked (0: any; wait() says which)
+        self.interval, self.token = interval, token
+        self._pid: int | None = None
+        self._errors = -1
+        self._port_file = ""
 
-    with tempfile.TemporaryDirectory(prefix="dmtcp-port-") as tmp:
-        port_file = os.path.join(tmp, "port")
-        args = ["--daemon", "--exit-on-last", "-q", "--coord-port", str(port),
-                "--port-file", port_file]
-        if interval:  # seconds, or "auto"
-            args += ["--interval", str(interval)]
-        errors_r, errors_w = os.pipe()
+    def begin(self, *, sigmask: set[int] | None = None, close: tuple[int, ...] = ()) -> None:
+        """Fork this process rather than start a new interpreter: what is
+        already imported is shared (after a launch's agent loaded, nearly
+        all the coordinator needs), and the rest loads in the child while
+        this process goes on.  No other thread may be running.  The child
+        takes sigmask as its signal mask and closes the fds of close."""
+        self._port_file = os.path.join(run_dir_name(),
+                                       f"port-{os.getpid()}-{os.urandom(4).hex()}")
+        args = ["--daemon", "--exit-on-last", "-q", "--coord-port", str(self.port),
+                "--port-file", self._port_file]
+        if self.interval:  # seconds, or "auto"
+            args += ["--interval", str(self.interval)]
+        errors_r, errors_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:
             code = 1
@@ -43,6 +52,13 @@ def start_coordinator(port: int, *, interval: float | str | None = None) -> int:
                 os.close(errors_r)
                 os.dup2(errors_w, 2)
                 os.close(errors_w)
+                for fd in close:
+                    os.close(fd)
+                if sigmask is not None:
+                    import _signal
+                    _signal.pthread_sigmask(_signal.SIG_SETMASK, sigmask)
+                if self.token:
+                    os.environ["DMTCP_COORD_TOKEN"] = self.token
                 # here: a launch that joins a coordinator never loads its modules
                 from dmtcp_py.cli import coordinator
                 from dmtcp_py.cli.base import run
@@ -50,14 +66,33 @@ def start_coordinator(port: int, *, interval: float | str | None = None) -> int:
             finally:
                 os._exit(code)
         os.close(errors_w)
-        with os.fdopen(errors_r) as r:
+        self._pid, self._errors = pid, errors_r
+
+    def wait(self) -> int:
+        """Once it listens (its daemon's parent exits then): its port, or
+        UserError saying why it could not start."""
+        assert self._pid is not None, "begin() first"
+        with os.fdopen(self._errors) as r:
             errors = r.read().strip().splitlines()
-        _, status = os.waitpid(pid, 0)
-        if os.waitstatus_to_exitcode(status) != 0 or not os.path.exists(port_file):
+        _, status = os.waitpid(self._pid, 0)
+        try:
+            with open(self._port_file) as f:
+                port = int(f.read())
+            os.unlink(self._port_file)
+        except (OSError, ValueError):
+            port = None
+        if os.waitstatus_to_exitcode(status) != 0 or port is None:
             raise UserError(errors[-1].split("error: ", 1)[-1] if errors
                             else "could not start a coordinator")
-        with open(port_file) as f:
-            return int(f.read())
+        return port
+
+
+def start_coordinator(port: int, *, interval: float | str | None = None) -> int:
+    """A background coordinator started here, listening: its port.
+    Called before any thread exists."""
+    starting = Starting(port, interval=interval)
+    starting.begin()
+    return starting.wait()
 
 
 def _name_process(name: bytes) -> None:
@@ -66,31 +101,35 @@ def _name_process(name: bytes) -> None:
 
 
 def find_or_start(host: str, port: int, *, join: bool, new: bool,
-                  interval: float | str | None = None) -> tuple[int, Coordinator | None]:
-    """The port of a coordinator to use, and a connection to it if it was
-    found there (None: started here)."""
+                  interval: float | str | None = None,
+                  token: str | None = None) -> Coordinator | Starting:
+    """A connection to the coordinator that answers on the port, or one to
+    start here (with token, if given: Starting.begin()) when that is
+    allowed."""
     if new:
         if not is_local(host):
             raise UserError(f"--new-coordinator starts one on this host, not on {host}")
-        return start_coordinator(port, interval=interval), None
+        return Starting(port, interval=interval, token=token)
     if port:
         try:
-            return port, Coordinator(host, port)
+            return Coordinator(host, port)
         except CoordinatorUnreachable:
             pass
     if join:
         raise UserError(f"no coordinator at {host}:{port} (--join given)")
     if not is_local(host):
         raise UserError(f"no coordinator at {host}:{port}, and it is not this host: start one there")
-    return start_coordinator(port, interval=interval), None
+    return Starting(port, interval=interval, token=token)
 
 
 def ensure_coordinator(host: str, port: int, *, join: bool, new: bool,
                        interval: float | str | None = None) -> int:
     """The port of a coordinator to use, started here when allowed."""
-    port, found = find_or_start(host, port, join=join, new=new, interval=interval)
-    if found is not None:
-        found.close()
+    found = find_or_start(host, port, join=join, new=new, interval=interval)
+    if isinstance(found, Starting):
+        found.begin()
+        return found.wait()
+    found.close()
     return port
 
 

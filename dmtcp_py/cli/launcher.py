@@ -12,7 +12,7 @@ import os
 from dmtcp_py import criu_access
 from dmtcp_py.agent import early
 from dmtcp_py.cli import fastargs
-from dmtcp_py.cli.coordinators import exit_code, find_or_start
+from dmtcp_py.cli.coordinators import Starting, exit_code, find_or_start
 from dmtcp_py.errors import UserError
 from dmtcp_py.paths import shim_library, tool, tree_init
 from dmtcp_py.tokens import resolve_token
@@ -63,11 +63,19 @@ def launch(a: fastargs.LaunchArgs) -> int:
             raise UserError(f"{part} is not built (run `make setup`)")
     if (why := criu_access.problem()) is not None:
         raise UserError(f"cannot checkpoint: {why}")
-    port, found = find_or_start(a.host, a.port, join=a.join, new=a.new_coordinator,
-                                interval=a.interval)
-    token = resolve_token(port)
-    offered = None
-    if found is not None:  # a client's hello: is it one, does it take our token?
+    # a coordinator started here gets the token the program is told
+    token = resolve_token(a.port) or os.urandom(16).hex()
+    found = find_or_start(a.host, a.port, join=a.join, new=a.new_coordinator,
+                          interval=a.interval, token=token)
+    offered, starting = None, None
+    if isinstance(found, Starting):
+        if found.port:  # started once the agent has loaded: it shares its modules
+            port, starting = found.port, found
+        else:  # any port: the program is told which
+            found.begin()
+            port = found.wait()
+    else:  # a client's hello: is it one, does it take our token?
+        port = a.port
         with found:
             offered = found.hello(token).get("ckptdir")
     # the images go where asked, else where the coordinator keeps its own,
@@ -76,7 +84,7 @@ def launch(a: fastargs.LaunchArgs) -> int:
     plan = early.Plan(coord_host=a.host, coord_port=port, token=token,
                       ckptdir=os.path.realpath(chosen), tree_id=os.urandom(6).hex(),
                       program=a.program, argv=argv, path=path, compress=a.gzip,
-                      own_coordinator=found is None)
+                      own_coordinator=isinstance(found, Starting))
     try:
         started = early.start(plan)
     except early.CannotListen as exc:
@@ -88,6 +96,13 @@ def launch(a: fastargs.LaunchArgs) -> int:
     code = early.load_beside(started, AGENT_MODULE, may_leave=not plan.own_coordinator)
     if code is not None:
         return code
+    if starting is not None:
+        starting.begin(sigmask=started.sigmask, close=(started.listener.fileno(),))
+        try:
+            starting.wait()
+        except UserError:
+            early.abandon(started)
+            raise
     return _run_agent(plan, started)
 
 
