@@ -20,13 +20,19 @@ def hostname() -> str:
     return os.uname().nodename
 
 
+_PASSWD_NAME: dict[int, str] = {}  # uid -> name: the password database is read once
+
+
 def user() -> str:
     """The user's login name, as getpass.getuser() finds it."""
     for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
         if found := os.environ.get(name):
             return found
-    import pwd
-    return pwd.getpwuid(os.getuid()).pw_name
+    uid = os.getuid()
+    if uid not in _PASSWD_NAME:
+        import pwd
+        _PASSWD_NAME[uid] = pwd.getpwuid(uid).pw_name
+    return _PASSWD_NAME[uid]
 
 
 def run_dir_name() -> str:
