@@ -58,3 +58,32 @@ def test_a_program_that_ends_at_once_gives_its_status(comp, namespace, script, c
     assert proc.returncode == code, err
     assert err == b""
     assert comp.status()["num_peers"] == 0
+
+
+BEFORE_THE_PROGRAM = """
+import sys
+from dmtcp_py.agent import early
+from dmtcp_py.cli import fastargs, launcher
+
+def instead_of_loading(started, module, may_leave):
+    print(" ".join(sorted(sys.modules)))  # all that ran before the program started
+    early.abandon(started)
+    return 0
+
+launcher.early.load_beside = instead_of_loading
+sys.exit(launcher.launch(fastargs.launch_args(sys.argv[1:])))
+"""
+
+
+def test_nothing_heavy_runs_before_the_program(comp):
+    """What dmtcp-launch runs before the program starts (the checks, the
+    hello to the coordinator, the spawn) loads none of the agent's heavy
+    modules (tests/unit/test_light_imports.py names them)."""
+    from tests.unit.test_light_imports import HEAVY
+    res = subprocess.run([os.path.join(os.path.dirname(tool("dmtcp-launch")), "python"), "-c",
+                          BEFORE_THE_PROGRAM, "--join", "-p", str(comp.port), "sleep", "30"],
+                         capture_output=True, text=True, timeout=TIMEOUT)
+    assert res.returncode == 0, res.stderr
+    loaded = set(res.stdout.split())
+    assert "dmtcp_py.agent.early" in loaded
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
