@@ -121,6 +121,7 @@ def test_coordinator_exit_after_ckpt(tmp_path, programs, no_strays):
                                  *programs["counter_single"], "100000", "20"],
                                 stdin=subprocess.DEVNULL, stdout=o)
     wait_for(lambda: last_tick(out) >= 5, what="the program")
+    wait_for(lambda: _peers(int(port)) > 0, what="the tree to join its coordinator")
     subprocess.run([tool("dmtcp-command"), "-p", port, "-c"], check=True, capture_output=True,
                    timeout=TIMEOUT)
     assert proc.wait(timeout=TIMEOUT) == 0
