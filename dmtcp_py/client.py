@@ -1,45 +1,18 @@
 """A blocking client of the coordinator, for dmtcp-command and friends."""
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Callable
 
+from dmtcp_py import tokens
 from dmtcp_py.errors import CoordinatorUnreachable, UserError
-from dmtcp_py.paths import token_file
 from dmtcp_py.protocol import codec, messages
 from dmtcp_py.protocol.messages import Cmd, Command, Hello, Message, Progress, Refused, Reply, Role
 
 
-def resolve_token(port: int) -> str:
-    """The computation token: $DMTCP_COORD_TOKEN, else the local token file."""
-    token = os.environ.get("DMTCP_COORD_TOKEN")
-    if token:
-        return token
-    try:
-        return token_file(port).read_text().strip()
-    except OSError:
-        return ""
-
-
-def token_hint(port: int) -> str:
-    """Where resolve_token() found the token it gave, and how to pass the
-    right one: what a refused client needs to hear."""
-    if os.environ.get("DMTCP_COORD_TOKEN"):
-        where = "the token given in $DMTCP_COORD_TOKEN is not this coordinator's"
-    else:
-        path = token_file(port)
-        where = (f"the token in {path} is not this coordinator's" if path.exists()
-                 else f"no token: {path} does not exist")
-    return (f"{where}; give it in DMTCP_COORD_TOKEN, or set DMTCP_TMPDIR to the "
-            f"coordinator's (its token is in $DMTCP_TMPDIR/dmtcp-<user>@<host>/"
-            f"coordinator-{port}.token)")
-
-
 def refusal(host: str, port: int, refused: Refused) -> str:
     """One line for a coordinator's refusal of our hello."""
-    why = token_hint(port) if refused.error == Refused.WRONG_TOKEN else refused.error
-    return f"coordinator at {host}:{port} refused us: {why}"
+    return tokens.refusal(host, port, refused.error, refused.error == Refused.WRONG_TOKEN)
 
 
 class CoordinatorClient:
@@ -52,7 +25,7 @@ class CoordinatorClient:
                 f"no coordinator at {host}:{port} ({exc.strerror or exc})") from None
         self.sock.settimeout(10.0)  # a coordinator answers hello at once
         self._reader = messages.Reader()
-        welcome = self.request(Hello(role=Role.CLIENT, token=resolve_token(port)))
+        welcome = self.request(Hello(role=Role.CLIENT, token=tokens.resolve_token(port)))
         self.sock.settimeout(timeout)
         if isinstance(welcome, Refused):
             self.close()

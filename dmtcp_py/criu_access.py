@@ -3,11 +3,10 @@ restart begins, so that a user who is not root hears in one line what is
 missing instead of a failed first checkpoint."""
 from __future__ import annotations
 
-import getpass
 import os
 import struct
 
-from dmtcp_py.paths import criu_binary, unprivileged
+from dmtcp_py.paths import criu_binary, unprivileged, user
 
 CAP_CHECKPOINT_RESTORE = 40
 # struct vfs_cap_data (linux/capability.h): magic_etc, then (permitted,
@@ -35,7 +34,7 @@ def problem() -> str | None:
     if not os.path.exists(path):
         return f"{path} is not installed (an administrator runs `make setup`)"
     if not os.access(path, os.X_OK):
-        return (f"{path} may not be run by {getpass.getuser()} (an administrator "
+        return (f"{path} may not be run by {user()} (an administrator "
                 "decides who may: README, Users who are not root)")
     if unprivileged() and not has_file_capability(path, CAP_CHECKPOINT_RESTORE):
         return (f"{path} lacks the file capability CAP_CHECKPOINT_RESTORE that users who "

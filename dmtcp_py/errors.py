@@ -14,3 +14,21 @@ class CoordinatorUnreachable(UserError):
 
 class ImageError(UserError):
     """A missing, truncated or corrupt checkpoint image."""
+
+
+def one_line(name: str, fn, *args) -> int:
+    """fn(*args)'s exit code; a UserError is one line on stderr and its
+    code.  (cli/base.py's run() does the same for a click command; this
+    one needs no click, for the commands' fast paths.)"""
+    import sys
+    try:
+        return fn(*args)
+    except UserError as exc:
+        print(f"{name}: error: {exc}", file=sys.stderr, flush=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # (`... | head`): as click says it, 1 and no more
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1

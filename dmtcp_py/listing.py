@@ -3,11 +3,12 @@ and a tree's processes (`dmtcp-command -s/-l` and the console), socket
 addresses (the agent's warnings and dmtcp-inspect)."""
 from __future__ import annotations
 
-import signal
+# (no module imported here: `dmtcp-command -s` prints with this alone)
 
 
 def signal_name(number: int) -> str:
     """SIGKILL for 9; "signal 42" for one without a name."""
+    import signal
     try:
         return signal.Signals(number).name
     except ValueError:
@@ -67,6 +68,20 @@ def _interval_text(status: dict) -> str:
     (e.g. 6.3 (auto): a chosen one is not to the millisecond)."""
     seconds = status['checkpoint_interval']
     return f"{seconds:.1f} (auto)" if status.get("interval_auto") else f"{seconds:g}"
+
+
+def status_report(reply: dict, host: str, port: int, *, listing: bool) -> list[str]:
+    """`dmtcp-command -s` (or -l: listing) as lines; reply: the body of a
+    status or list reply (machine.status(), and the trees)."""
+    lines = [f"Coordinator: {host}:{port}, computation {reply['comp_id']}",
+             *status_lines(reply)]
+    if listing:
+        for t in reply.get("trees", []):
+            lines.append(f"{t['host']}  agent {t['agent_pid']}  {t['program']}  {t['state']}")
+            lines += proc_lines(t["procs"])
+            lines += [f"    outside: {c} (not under control: comes back closed at restart)"
+                      for c in t.get("external", [])]
+    return lines
 
 
 def proc_lines(procs: list) -> list[str]:

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+
+TYPE_CHECKING = False  # (not typing's: dmtcp-launch reads /proc before its heavy imports)
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 def read(path: str) -> str | None:

@@ -48,6 +48,14 @@ if ! .venv/bin/python -c 'import pycriu.rpc_pb2' 2>/dev/null; then
     .venv/bin/pip install -q --disable-pip-version-check /usr/local/src/criu-4.2.1/lib
 fi
 
+# The console scripts pip writes import re (~5 ms of every command's
+# start-up) only to take a Windows suffix off argv[0]: not here.
+for script in .venv/bin/dmtcp[-_]*; do
+    if grep -qx 'import re' "$script"; then
+        sed -i -e '/^import re$/d' -e '/re\.sub(/d' "$script"
+    fi
+done
+
 # Byte-code for the package, whatever PYTHONDONTWRITEBYTECODE says: every
 # dmtcp-launch would otherwise compile what changed since (~10 ms a module).
 .venv/bin/python -m compileall -q dmtcp_py

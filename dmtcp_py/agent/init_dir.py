@@ -17,43 +17,44 @@ directory.
 """
 from __future__ import annotations
 
-import logging
 import os
-from pathlib import Path
 
-from dmtcp_py.paths import run_dir
+from dmtcp_py.paths import run_dir_name
 
-log = logging.getLogger("agent.init_dir")
+# Light (os only, no logging or pathlib): dmtcp-launch makes the directory
+# before it starts the program, before the agent's modules load.
 
 ENV = "DMTCP_INIT_DIR"  # the init reads it, and takes it out of the program's environment
 MOUNTPOINT = "proc.crtools"  # CRIU's name (criu/pie/parasite.c)
 
 
-def for_tree(tree_id: str) -> Path:
-    return run_dir() / f"init-{tree_id}"
+def for_tree(tree_id: str) -> str:
+    return os.path.join(run_dir_name(), f"init-{tree_id}")
 
 
-def make(where: Path) -> Path:
+def make(where: str | os.PathLike) -> str:
     """The directory, made if missing (0700: only root makes namespaces)."""
-    where.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return where
+    os.makedirs(where, 0o700, exist_ok=True)
+    return os.fspath(where)
 
 
-def clear_stale(where: Path) -> None:
+def clear_stale(where: str | os.PathLike) -> None:
     """Before a dump: a mount point that a killed criu left would fail every
     later dump (EEXIST).  One in use (another copy's dump under way) is
     mounted on and stays."""
+    stale = os.path.join(where, MOUNTPOINT)
     try:
-        os.rmdir(where / MOUNTPOINT)
-        log.warning("removed %s, left by an earlier dump", where / MOUNTPOINT)
+        os.rmdir(stale)
     except OSError:
-        pass
+        return
+    import logging
+    logging.getLogger("agent.init_dir").warning("removed %s, left by an earlier dump", stale)
 
 
-def release(where: Path) -> None:
+def release(where: str | os.PathLike) -> None:
     """After the tree's end: remove the directory, unless a process still
     works in it (a copy of the same checkpoint running beside)."""
-    name = str(where)
+    name = os.fspath(where)
     if not os.path.isdir(name):
         return
     for entry in os.listdir("/proc"):

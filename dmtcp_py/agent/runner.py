@@ -17,14 +17,15 @@ import time
 from pathlib import Path
 
 from dmtcp_py.agent import machine as am
-from dmtcp_py.agent import init_dir, start, tcpstats, tree_work
+from dmtcp_py.agent import early, init_dir, start, tcpstats, tree_work
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.link import CoordinatorLink
 from dmtcp_py.agent.network import Network
 from dmtcp_py.agent.peers import PeersReport
 from dmtcp_py.agent.replicas import ReplicaServer, send_copy
 from dmtcp_py.agent.shimlink import ShimLink
-from dmtcp_py.agent.tree import Tree, become_subreaper
+from dmtcp_py.agent.spawn import become_subreaper
+from dmtcp_py.agent.tree import Tree
 from dmtcp_py.agent.tree_work import TreeWork
 from dmtcp_py.errors import ImageError, UserError
 from dmtcp_py.images import store
@@ -41,6 +42,7 @@ REJOIN_EVERY = 1.0     # seconds between attempts to reach a coordinator that we
 # would stop the program that much longer.
 WARM_UP_AFTER = 0.25
 BEATS_PER_PERIOD = 4   # the machine's tick, this many times per heartbeat
+UNJOINED_END_TIMEOUT = 5.0  # seconds a killed tree that was never registered may take to end
 CHECKPOINT_MODULES = ("pycriu",)
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -62,12 +64,15 @@ def _identity(cfg: AgentConfig) -> am.Identity:
 
 
 class Agent:
-    def __init__(self, cfg: AgentConfig) -> None:
+    def __init__(self, cfg: AgentConfig, started: early.Started | None = None) -> None:
+        """started: a launched tree (early.py); else cfg.manifest's image
+        is restored."""
         self.cfg = cfg
+        self.started = started
         self.tree = Tree()
         self.machine = am.AgentMachine(_identity(cfg))
         self.link = CoordinatorLink(cfg.coord_host, cfg.coord_port)
-        name = cfg.manifest.agent_socket if cfg.manifest else f"dmtcp-agent-{cfg.tree_id}"
+        name = cfg.manifest.agent_socket if cfg.manifest else early.agent_socket_name(cfg.tree_id)
         self.shims = ShimLink(name, on_change=lambda: self.peers.changed(),
                               owes_resume=self.machine.owes_resume,
                               owes_suspend=self.machine.owes_suspend,
@@ -102,15 +107,23 @@ class Agent:
         # but not to a tree in a PID namespace (and session) of its own
         for sig in (signal.SIGINT, signal.SIGQUIT):
             loop.add_signal_handler(sig, self._terminal_signal, sig)
-        await self._join()
+        if self.started is not None:
+            self._take_over(self.started)
+            try:
+                await self._join()
+            except UserError:
+                await self._end_unjoined()
+                raise
+        else:
+            await self._join()
         # following the coordinator already while restoring: connections
         # find their peers through its names
         self._follower = asyncio.create_task(self._follow())
         self._spawn(self._beat())
         loop.call_later(WARM_UP_AFTER, import_checkpoint_modules)
-        if self.cfg.manifest is None:
-            start.launch(self.cfg, self.tree, self.shims.address)
-            await self._listen()  # (at once: the program's processes retry until then)
+        if self.started is not None:
+            # the shims' hellos (and a dmtcp_checkpoint()) queued meanwhile
+            await self.shims.listen(self.started.listener)
         else:
             await self._restore()
         await self.tree.exited.wait()
@@ -138,6 +151,30 @@ class Agent:
                   file=sys.stderr, flush=True)
         return self.machine.exit_code(self.tree.exit_status)
 
+    def _take_over(self, started: early.Started) -> None:
+        """The tree dmtcp-launch started before this agent loaded: watched
+        from now on (it may have ended already), and the signals held
+        since it started are delivered to the handlers now in place."""
+        self.tree.own_namespace = started.own_namespace
+        self.tree.init_dir = started.init_dir
+        self.tree.adopt(started.pid)
+        self.shims.bind_to_tree(started.pid)
+        started.release_signals()
+        log.info("started %s as pid %d%s", self.cfg.argv, started.pid,
+                 " in a PID namespace of its own" if started.own_namespace else "")
+
+    async def _end_unjoined(self) -> None:
+        """The coordinator would not have the tree: it ends, unseen."""
+        self.started.listener.close()
+        self.tree.kill()
+        try:
+            await asyncio.wait_for(self.tree.exited.wait(), UNJOINED_END_TIMEOUT)
+        except asyncio.TimeoutError:
+            pass
+        self.tree.reap_all(timeout=1.0)
+        if self.tree.init_dir is not None:
+            init_dir.release(self.tree.init_dir)
+
     async def _restore(self) -> None:
         m = self.cfg.manifest
         assert m is not None
@@ -162,12 +199,13 @@ class Agent:
                                                           if p in pids)))
 
     async def _listen(self) -> None:
-        """Listen for the tree's processes, under the name of the tree and
-        of the PID namespace it now runs in (shimlink.py): known only once
-        the tree exists.  Its processes retry until then.  (The shims of
-        an image of an older dmtcp_py use the tree's name alone.)"""
+        """Listen for the restored tree's processes, under the name of the
+        tree and of the PID namespace it now runs in (shimlink.py): known
+        only once the tree exists.  Its processes retry until then.  (The
+        shims of an image of an older dmtcp_py use the tree's name alone.)"""
         m = self.cfg.manifest
-        if m is None or m.agent_socket_ns:
+        assert m is not None
+        if m.agent_socket_ns:
             self.shims.bind_to_tree(self.tree.root_pid)
         try:
             await self.shims.listen()

@@ -181,14 +181,20 @@ class ShimLink:
         namespace themselves)."""
         return "@" + self.base
 
-    async def listen(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        try:
-            sock.bind("\0" + self.name)
-            sock.listen(1024)
-        except OSError:
-            sock.close()
-            raise
+    async def listen(self, listening=None) -> None:
+        """Accept the shims' connections, on a socket made here, or on
+        listening (a socket of the same name made before the tree started:
+        early.py)."""
+        if listening is not None:
+            sock = socket.socket(fileno=listening.detach())
+        else:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            try:
+                sock.bind("\0" + self.name)
+                sock.listen(1024)
+            except OSError:
+                sock.close()
+                raise
         sock.setblocking(False)
         self._listener = sock
         self._accepting = asyncio.create_task(self._accept(sock))

@@ -1,5 +1,6 @@
-"""How a tree comes to be under its agent: a program launched with the
-shim, or a checkpoint image restored by CRIU (DESIGN.md 2 and 4)."""
+"""How a restored tree comes to be under its agent: a checkpoint image
+restored by CRIU (DESIGN.md 4).  (A launched program is started before its
+agent loads: early.py.)"""
 from __future__ import annotations
 
 import asyncio
@@ -18,66 +19,12 @@ from dmtcp_py.errors import ImageError, UserError
 from dmtcp_py.images import (chunks, compress, integrity, shared_files, temp_files,
                              written_files)
 from dmtcp_py.images.manifest import Manifest
-from dmtcp_py.paths import run_dir, shim_library, tool, tree_init, unprivileged
+from dmtcp_py.paths import run_dir, unprivileged
 from dmtcp_py.protocol.states import State
 
 log = logging.getLogger("agent")
 # CRIU's words when a pid it must give is in use
 _CRIU_PID_TAKEN = re.compile(r"Can't fork for (\d+): File exists")
-
-
-class CannotExecute(UserError):
-    exit_code = 126  # as a shell says it
-
-
-def wants_pid_namespace() -> bool:
-    """Whether the tree gets a PID namespace of its own (as root: a user
-    who is not root may not make one, and the tree runs without).  Its
-    pids are then its own: a restart never meets them taken, and two
-    copies of one checkpoint run side by side.  Not for a program on a
-    terminal: the namespace's init must lead a session of its own, and
-    the program would lose the terminal as its controlling one (job
-    control, /dev/tty).  DMTCP_PID_NAMESPACE=0 turns it off."""
-    if os.environ.get("DMTCP_PID_NAMESPACE", "1").strip().lower() in ("0", "no", "off", "false"):
-        return False
-    return not any(os.isatty(fd) for fd in (0, 1, 2))
-
-
-def launch(cfg: AgentConfig, tree: Tree, agent_address: str) -> None:
-    """Start the program under the tree's init, with the shim preloaded."""
-    env = dict(os.environ)
-    lib = str(shim_library())
-    env["LD_PRELOAD"] = lib + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
-    env["DMTCP_AGENT_SOCK"] = agent_address
-    env["DMTCP_COORD_HOST"] = cfg.coord_host
-    env["DMTCP_COORD_PORT"] = str(cfg.coord_port)
-    env["DMTCP_CHECKPOINT_DIR"] = str(cfg.ckptdir)
-    # `ssh HOST CMD` from the tree: the shim runs this instead (dmtcp_py.ssh),
-    # which starts CMD on HOST under this computation with the token
-    env["DMTCP_SSH_WRAPPER"] = tool("dmtcp-ssh")
-    # and `srun ... CMD` runs as dmtcp-srun (dmtcp_py.slurm), likewise
-    env["DMTCP_SRUN_WRAPPER"] = tool("dmtcp-srun")
-    # `import dmtcp` for Python programs (hijack/python/dmtcp.py), after theirs
-    api_dir = str(shim_library().parent.parent / "python")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), api_dir) if p)
-    env["DMTCP_COORD_TOKEN"] = cfg.token
-    init = str(tree_init())
-    namespace = wants_pid_namespace()
-    workdir = init_dir.make(init_dir.for_tree(cfg.tree_id)) if namespace else None
-    if workdir is not None:
-        env[init_dir.ENV] = str(workdir)
-    try:
-        pid = tree.spawn(init, [init, cfg.path, *cfg.argv], env, pid_namespace=namespace)
-    except OSError as exc:
-        raise CannotExecute(f"cannot run {init}: {exc.strerror or exc} "
-                            "(run `make setup`)") from None
-    finally:
-        if workdir is not None and not tree.own_namespace:
-            init_dir.release(workdir)
-    if tree.own_namespace:
-        tree.init_dir = workdir
-    log.info("started %s as pid %d%s", cfg.argv, pid,
-             " in a PID namespace of its own" if tree.own_namespace else "")
 
 
 def _pid_taken(pid: int, image: Path) -> str:

@@ -1,4 +1,5 @@
-"""The process tree under one agent: start it, watch it, reap, kill.
+"""The process tree under one agent: watch it, reap, kill (dmtcp-launch
+starts it before the agent loads: spawn.py, early.py).
 
 The agent is a child subreaper, so processes orphaned inside the tree come
 back to it instead of init: it reaps them, and they stay countable.
@@ -6,12 +7,8 @@ back to it instead of init: it reaps them, and they stay countable.
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import errno
 import logging
 import os
-import signal
-from pathlib import Path
 from typing import Callable
 
 import psutil
@@ -19,8 +16,6 @@ import psutil
 from dmtcp_py import procfs
 
 log = logging.getLogger("agent.tree")
-_PR_SET_CHILD_SUBREAPER = 36
-_CLONE_NEWPID = 0x20000000
 _WALL = 0x40000000  # waitid: children of any kind, as /proc lists them
 ORPHANS_POLL = 0.2  # seconds between looks at the orphans left, besides SIGCHLD
 
@@ -109,39 +104,6 @@ def killed_zombie(pid: int) -> tuple[str, int, bool] | None:
     return name, signum, bool(status & 0x80)
 
 
-def become_subreaper() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
-
-
-def spawn_in_new_pid_namespace(spawn: Callable[[], int]) -> int | None:
-    """spawn() with its child as pid 1 of a new PID namespace: the pid
-    (ours) of that child, or None when this process may not make one
-    (no CAP_SYS_ADMIN: a user who is not root), and nothing was spawned.
-
-    unshare(CLONE_NEWPID) changes only where this thread's next children
-    go (each thread has its own); the thread goes back to its own namespace
-    at once, so criu, the coordinator and whatever else the agent starts
-    stay where it is."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    own = os.open("/proc/thread-self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        if libc.unshare(_CLONE_NEWPID) != 0:
-            err = ctypes.get_errno()
-            if err in (errno.EPERM, errno.EINVAL, errno.ENOSPC, errno.EUSERS):
-                log.debug("no PID namespace for the tree: %s", os.strerror(err))
-                return None
-            raise OSError(err, "unshare(CLONE_NEWPID)")
-        try:
-            return spawn()
-        finally:
-            if libc.setns(own, _CLONE_NEWPID) != 0:  # (never seen: it is our own)
-                raise OSError(ctypes.get_errno(), "setns(own PID namespace)")
-    finally:
-        os.close(own)
-
-
 class Tree:
     def __init__(self) -> None:
         self.root_pid: int | None = None
@@ -153,29 +115,12 @@ class Tree:
         # the root is pid 1 of a PID namespace of the tree's own (spawn, or
         # the image's, restored by CRIU)
         self.own_namespace = False
-        self.init_dir: Path | None = None  # the root's working directory then (init_dir.py)
+        self.init_dir: str | None = None  # the root's working directory then (init_dir.py)
         # the program's wait status, as the root told it (it cannot end
         # by the program's signal as pid 1 of a namespace)
         self._program_status: int | None = None
         # an orphan reaped here was killed by a signal: (pid, signal, core)
         self.on_killed: Callable[[int, int, bool], None] = lambda pid, signum, core: None
-
-    def spawn(self, path: str, argv: list[str], env: dict[str, str], *,
-              pid_namespace: bool = False) -> int:
-        """posix_spawn: only fds 0-2 are inheritable in this process, so the
-        tree gets nothing of the agent's; SIGPIPE is back to default.
-        pid_namespace: the root becomes pid 1 of a new PID namespace, if
-        this process may make one (own_namespace says whether it did)."""
-        def run() -> int:
-            return os.posix_spawn(path, argv, env,
-                                  setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT,
-                                             signal.SIGQUIT))
-        pid = spawn_in_new_pid_namespace(run) if pid_namespace else None
-        self.own_namespace = pid is not None
-        if pid is None:
-            pid = run()
-        self.adopt(pid)
-        return pid
 
     def adopt(self, pid: int) -> None:
         self.root_pid = pid

@@ -15,11 +15,11 @@ from dmtcp_py.agent import stdio
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.runner import Agent, import_checkpoint_modules
 from dmtcp_py.cli.base import CONTEXT, coord_host_option, coord_port_option, keep_option, run
-from dmtcp_py.cli.common import (coordinator_choice_options, ensure_coordinator, exit_code,
-                                 gzip_option, incremental_option)
-from dmtcp_py.client import resolve_token
+from dmtcp_py.cli.common import coordinator_choice_options, gzip_option, incremental_option
+from dmtcp_py.cli.coordinators import ensure_coordinator, exit_code
 from dmtcp_py.errors import UserError
 from dmtcp_py.images import integrity, manifest, shared_files, store
+from dmtcp_py.tokens import resolve_token
 
 
 @click.command(context_settings=CONTEXT)

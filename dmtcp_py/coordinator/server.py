@@ -98,8 +98,11 @@ class CoordinatorServer:
             if conn.conn_id not in self.machine.agents:
                 conn.close("refused")
         else:
+            # the ckptdir too: dmtcp-launch asks as a client before it starts
+            # the program, whose environment says where its images go
             conn.write(messages.encode(Welcome(comp_id=self.machine.comp_id,
-                                               agent_id=conn.conn_id)))
+                                               agent_id=conn.conn_id,
+                                               ckptdir=self.machine.ckptdir)))
 
     def lost(self, conn: _Connection) -> None:
         self._conns.pop(conn.conn_id, None)

@@ -10,7 +10,9 @@ baseline measured in the same run, median and spread over several runs.
                            one process, and the time the program is stopped
                            against CRIU's own frozen time (bench_stop)
   run-time overhead        four workloads natively and under dmtcp-launch,
-                           and the start-up of `dmtcp-launch /bin/true`
+                           the start-up of `dmtcp-launch /bin/true` (issue
+                           17: --join at most native + 50 ms) and the time
+                           of `dmtcp-command -s` (at most 60 ms)
                            (bench_overhead)
   compression              image size and times with --gzip against
                            --no-gzip (bench_compress)

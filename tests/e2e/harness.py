@@ -92,8 +92,20 @@ class Computation:
         return proc, out
 
     def launch(self, *argv: str, env: dict | None = None) -> tuple[subprocess.Popen, Path]:
-        return self._start("launch", [tool("dmtcp-launch"), "--join", "-p", str(self.port),
-                                      "--ckptdir", str(self.ckptdir), *argv], env=env)
+        """The program runs at once, its agent joins beside it: returns
+        once the coordinator has its tree (or the launch has ended), so
+        that a command given next counts it."""
+        proc, out = self._start("launch", [tool("dmtcp-launch"), "--join", "-p", str(self.port),
+                                           "--ckptdir", str(self.ckptdir), *argv], env=env)
+        wait_for(lambda: proc.poll() is not None or self.has_agent(proc.pid),
+                 what="the launched tree to join")
+        return proc, out
+
+    def has_agent(self, pid: int) -> bool:
+        """The coordinator lists a tree whose agent is pid (dmtcp-launch's)."""
+        res = self.command("-l", "--json", check=False)
+        return res.returncode == 0 and any(t["agent_pid"] == pid
+                                           for t in json.loads(res.stdout).get("trees", []))
 
     def restart(self) -> tuple[subprocess.Popen, Path]:
         """Run the generated restart script, as a user would."""

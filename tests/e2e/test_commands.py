@@ -2,6 +2,7 @@
 coordinator, the console."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import select
@@ -31,7 +32,9 @@ def test_launch_starts_a_coordinator_that_exits_with_the_program(tmp_path, progr
                                  *programs["counter_single"], "40", "20"],
                                 stdin=subprocess.DEVNULL, stdout=o, stderr=subprocess.PIPE)
     wait_for(lambda: last_tick(out) >= 5, what="the program")
-    assert listening(port)
+    # the program starts first; its coordinator and agent come up beside it
+    wait_for(lambda: listening(port), what="its coordinator")
+    wait_for(lambda: _peers(port) > 0, what="the tree to join its coordinator")
     done = subprocess.run([tool("dmtcp-command"), "-p", str(port), "-bc"],
                           capture_output=True, text=True, timeout=TIMEOUT)
     assert done.returncode == 0 and "checkpoint 1 done" in done.stdout, done.stderr
@@ -42,6 +45,12 @@ def test_launch_starts_a_coordinator_that_exits_with_the_program(tmp_path, progr
     wait_for(lambda: not listening(port), what="the coordinator to exit")
     assert len(list(tmp_path.glob("ckpt_counter_single_*.dmtcp"))) == 1
     assert (tmp_path / "dmtcp_restart_script.sh").exists()
+
+
+def _peers(port: int) -> int:
+    res = subprocess.run([tool("dmtcp-command"), "-p", str(port), "-s", "--json"],
+                         capture_output=True, text=True, timeout=TIMEOUT)
+    return json.loads(res.stdout)["num_peers"] if res.returncode == 0 else 0
 
 
 def test_console_commands(tmp_path, no_strays):
@@ -114,6 +123,7 @@ def test_coordinator_exit_after_ckpt(tmp_path, programs, no_strays):
                                  *programs["counter_single"], "100000", "20"],
                                 stdin=subprocess.DEVNULL, stdout=o)
     wait_for(lambda: last_tick(out) >= 5, what="the program")
+    wait_for(lambda: _peers(int(port)) > 0, what="the tree to join its coordinator")
     subprocess.run([tool("dmtcp-command"), "-p", port, "-c"], check=True, capture_output=True,
                    timeout=TIMEOUT)
     assert proc.wait(timeout=TIMEOUT) == 0

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dmtcp_py.client import resolve_token
+from dmtcp_py.tokens import resolve_token
 from tests.conftest import need_root
 from tests.e2e.harness import running_program
 

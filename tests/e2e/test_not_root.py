@@ -4,6 +4,7 @@ and the restart script; an Open MPI job; and a criu without the capability
 such users need is named in one line (issue 19, part 1)."""
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -59,6 +60,15 @@ def _command(user, port: int, *args: str) -> subprocess.CompletedProcess:
     return user.run([tool("dmtcp-command"), "-p", str(port), *args], timeout=TIMEOUT)
 
 
+def _joined(user, port: int, processes: int = 1) -> None:
+    """The launched tree has joined with this many processes (the program
+    runs before its agent joins: its output says nothing of that)."""
+    def enough() -> bool:
+        res = _command(user, port, "-s", "--json")
+        return res.returncode == 0 and json.loads(res.stdout)["num_peers"] >= processes
+    wait_for(enough, what=f"{processes} processes under control")
+
+
 def _output(user, path: Path):
     """An output file as the user's shell would make it: theirs.  (CRIU
     reopens a restored tree's stdout through /proc/self/fd, with the
@@ -82,6 +92,7 @@ def test_a_user_checkpoints_kills_and_restarts(user, work):
         first = user.popen([tool("dmtcp-launch"), "--join", "-p", str(port), counter, "150", "20"],
                            stdin=subprocess.DEVNULL, stdout=o, stderr=subprocess.STDOUT)
     wait_for(lambda: last_tick(out) >= 10, what="the program's ticks")
+    _joined(user, port)
     before = last_tick(out)
     done = _command(user, port, "-bc")
     assert done.returncode == 0 and "checkpoint 1 done" in done.stdout, done.stderr
@@ -126,6 +137,7 @@ def test_a_user_drives_the_console(user, work):
                                "    print('tick', i, flush=True); time.sleep(0.05)"],
                               stdin=subprocess.DEVNULL, stdout=o, stderr=subprocess.STDOUT)
         wait_for(lambda: last_tick(out) >= 5, what="the program's ticks")
+        _joined(user, port)
         console.stdin.write("c\n")
         console.stdin.flush()
         wait_for(lambda: "GENERATION=1" in _command(user, port, "-s").stdout,
@@ -154,6 +166,7 @@ def test_a_users_open_mpi_job_comes_back_with_its_answer(user, work):
                           *ompi.options, "-np", "2", solver, "400", "3000"], env=env,
                          stdin=subprocess.DEVNULL, stdout=o, stderr=subprocess.STDOUT)
     wait_for(lambda: mpi.iterations_seen(out.read_text()), what="the job's first iterations")
+    _joined(user, port, 3)  # mpirun and the 2 ranks
     done = _command(user, port, "-bc")
     assert done.returncode == 0, done.stderr
     assert _command(user, port, "-k").returncode == 0
@@ -232,6 +245,7 @@ def _sysv_run(user, work, what: str) -> tuple[list[subprocess.CompletedProcess],
         prog = user.popen([tool("dmtcp-launch"), "--join", "-p", str(port), exe, what],
                           stdin=subprocess.DEVNULL, stdout=o, stderr=e)
     wait_for(lambda: last_tick(out) >= 3, what="the program's ticks")
+    _joined(user, port)
     results = [_command(user, port, "-bc") for _ in range(2)]
     assert _command(user, port, "-k").returncode == 0
     prog.wait(timeout=TIMEOUT)

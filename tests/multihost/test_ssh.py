@@ -71,8 +71,10 @@ def test_the_remote_command_is_a_tree_of_the_computation(hosts, tmp_path):
         return json.loads(res.stdout)["trees"] if res.returncode == 0 else []
 
     wait_for(lambda: {t["host"] for t in trees()} == {"h1", "h2"}, what="a tree on h2")
-    remote = next(t for t in trees() if t["host"] == "h2")
-    assert any(p[1] == "sleep" for p in remote["procs"]), remote
+    # its agent reports the tree's processes a moment after it joined
+    # (peers.REPORT_DELAY), and the program runs from before it joined
+    wait_for(lambda: any(p[1] == "sleep" for t in trees() if t["host"] == "h2"
+                         for p in t["procs"]), what="sleep listed in the tree on h2")
     local = next(t for t in trees() if t["host"] == "h1")
     assert not any(p[1] == "ssh" for p in local["procs"]), "the real ssh is still running"
     job.kill()

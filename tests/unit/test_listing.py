@@ -2,7 +2,7 @@
 text that users, scripts and the e2e tests read."""
 from __future__ import annotations
 
-from dmtcp_py.cli.command import _print_status
+from dmtcp_py.cli.status import _print_status
 from dmtcp_py.coordinator import console
 from dmtcp_py.listing import address_text, status_lines
 

@@ -18,6 +18,7 @@ import pytest
 
 from dmtcp_py import procfs
 from dmtcp_py.agent import tree as tree_mod
+from dmtcp_py.agent.spawn import become_subreaper
 from dmtcp_py.agent.tree import Tree
 
 # The root: forks A (which forks AA) from its main thread, B from another
@@ -106,7 +107,7 @@ def _old_processes() -> set[int]:
 def small_tree(tmp_path):
     """{name: pid} of the tree above, its root our child; afterwards every
     process started here is killed by pid and every child of ours reaped."""
-    tree_mod.become_subreaper()  # as the agent is (conftest makes pytest one too)
+    become_subreaper()  # as the agent is (conftest makes pytest one too)
     r, w = os.pipe()
     root = subprocess.Popen([sys.executable, "-c", ROOT, str(w)], pass_fds=[w])
     os.close(w)

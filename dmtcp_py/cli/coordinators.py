@@ -1,0 +1,141 @@
+"""Which coordinator a launch or a restart uses: the one that answers on
+the port, or one started here when that is allowed.
+
+Light (no click, no messages.py): dmtcp-launch asks before it starts the
+program.  The coordinator command itself loads only in the process that
+becomes the coordinator."""
+from __future__ import annotations
+
+import os
+
+from dmtcp_py.errors import CoordinatorUnreachable, UserError
+from dmtcp_py.paths import hostname, run_dir_name
+from dmtcp_py.protocol.handshake import Coordinator
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def is_local(host: str) -> bool:
+    return host in LOCAL_HOSTS or host == hostname()
+
+
+class Starting:
+    """A background coordinator to start here (exits with its last client),
+    with token if given: begin() forks it, wait() says when it listens."""
+
+    def __init__(self, port: int, *, interval: float | str | None = None,
+                 token: str | None = None, keep: int | None = None) -> None:
+        self.port = port  # as asked (0: any; wait() says which)
+        self.interval, self.token, self.keep = interval, token, keep
+        self._pid: int | None = None
+        self._errors = -1
+        self._port_file = ""
+
+    def begin(self, *, sigmask: set[int] | None = None, close: tuple[int, ...] = ()) -> None:
+        """Fork this process rather than start a new interpreter: what is
+        already imported is shared (after a launch's agent loaded, nearly
+        all the coordinator needs), and the rest loads in the child while
+        this process goes on.  No other thread may be running.  The child
+        takes sigmask as its signal mask and closes the fds of close."""
+        self._port_file = os.path.join(run_dir_name(),
+                                       f"port-{os.getpid()}-{os.urandom(4).hex()}")
+        args = ["--daemon", "--exit-on-last", "-q", "--coord-port", str(self.port),
+                "--port-file", self._port_file]
+        if self.interval:  # seconds, or "auto"
+            args += ["--interval", str(self.interval)]
+        if self.keep is not None:
+            args += ["--keep", str(self.keep)]
+        errors_r, errors_w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                _name_process(b"dmtcp-coord")  # not launch's name in ps/top
+                os.close(errors_r)
+                os.dup2(errors_w, 2)
+                os.close(errors_w)
+                for fd in close:
+                    os.close(fd)
+                if sigmask is not None:
+                    import _signal
+                    _signal.pthread_sigmask(_signal.SIG_SETMASK, sigmask)
+                if self.token:
+                    os.environ["DMTCP_COORD_TOKEN"] = self.token
+                # here: a launch that joins a coordinator never loads its modules
+                from dmtcp_py.cli import coordinator
+                from dmtcp_py.cli.base import run
+                code = run("dmtcp-coordinator", coordinator.cli, args)
+            finally:
+                os._exit(code)
+        os.close(errors_w)
+        self._pid, self._errors = pid, errors_r
+
+    def wait(self) -> int:
+        """Once it listens (its daemon's parent exits then): its port, or
+        UserError saying why it could not start."""
+        assert self._pid is not None, "begin() first"
+        with os.fdopen(self._errors) as r:
+            errors = r.read().strip().splitlines()
+        _, status = os.waitpid(self._pid, 0)
+        try:
+            with open(self._port_file) as f:
+                port = int(f.read())
+            os.unlink(self._port_file)
+        except (OSError, ValueError):
+            port = None
+        if os.waitstatus_to_exitcode(status) != 0 or port is None:
+            raise UserError(errors[-1].split("error: ", 1)[-1] if errors
+                            else "could not start a coordinator")
+        return port
+
+
+def start_coordinator(port: int, *, interval: float | str | None = None,
+                      keep: int | None = None) -> int:
+    """A background coordinator started here, listening: its port.
+    Called before any thread exists."""
+    starting = Starting(port, interval=interval, keep=keep)
+    starting.begin()
+    return starting.wait()
+
+
+def _name_process(name: bytes) -> None:
+    import ctypes
+    ctypes.CDLL(None).prctl(15, ctypes.c_char_p(name), 0, 0, 0)  # PR_SET_NAME
+
+
+def find_or_start(host: str, port: int, *, join: bool, new: bool,
+                  interval: float | str | None = None, token: str | None = None,
+                  keep: int | None = None) -> Coordinator | Starting:
+    """A connection to the coordinator that answers on the port, or one to
+    start here (with token, if given: Starting.begin()) when that is
+    allowed."""
+    if new:
+        if not is_local(host):
+            raise UserError(f"--new-coordinator starts one on this host, not on {host}")
+        return Starting(port, interval=interval, token=token, keep=keep)
+    if port:
+        try:
+            return Coordinator(host, port)
+        except CoordinatorUnreachable:
+            pass
+    if join:
+        raise UserError(f"no coordinator at {host}:{port} (--join given)")
+    if not is_local(host):
+        raise UserError(f"no coordinator at {host}:{port}, and it is not this host: start one there")
+    return Starting(port, interval=interval, token=token, keep=keep)
+
+
+def ensure_coordinator(host: str, port: int, *, join: bool, new: bool,
+                       interval: float | str | None = None, keep: int | None = None) -> int:
+    """The port of a coordinator to use, started here when allowed."""
+    found = find_or_start(host, port, join=join, new=new, interval=interval, keep=keep)
+    if isinstance(found, Starting):
+        found.begin()
+        return found.wait()
+    found.close()
+    return port
+
+
+def exit_code(status: int) -> int:
+    """A child's status as a shell would report it."""
+    return 128 - status if status < 0 else status

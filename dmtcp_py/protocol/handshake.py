@@ -1,0 +1,207 @@
+"""A coordinator's first answer, and one command's, without messages.py:
+for `dmtcp-launch` before it starts the program and for `dmtcp-command -s`
+and `-l`, whose whole run is meant to take tens of milliseconds.  Loading
+messages.py (its dataclasses and typing) and the json and socket modules
+costs more than that budget allows; the C halves of json and socket cost
+almost nothing.
+
+The frames are the protocol's (codec.py; tests/unit/test_handshake.py
+checks that messages.py reads what is sent here and that what it sends is
+read here the same), and what is read is checked as messages.py checks it
+before anything is used: a peer that answers something else is not a
+dmtcp coordinator.  The coordinator checks our side with messages.py.
+"""
+from __future__ import annotations
+
+import _json
+import _socket
+
+from dmtcp_py import tokens
+from dmtcp_py.errors import CoordinatorUnreachable, UserError
+
+PROTOCOL_VERSION = 1   # messages.PROTOCOL_VERSION
+MAX_FRAME = 1 << 20    # codec.MAX_FRAME
+CONNECT_TIMEOUT = 5.0  # seconds, as client.py waits
+HELLO_TIMEOUT = 10.0   # a coordinator answers hello at once
+
+
+class _Strict:
+    """json.loads' settings, for the C scanner json.decoder itself uses."""
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    memo: dict = {}
+
+    @staticmethod
+    def parse_constant(name: str):
+        raise ValueError(f"{name} is not a JSON number")
+
+
+_scan = _json.make_scanner(_Strict())
+_quote = _json.encode_basestring_ascii
+
+
+class NotACoordinator(ValueError):
+    """What came back is not a frame or message of ours."""
+
+
+def frame(fields: dict[str, str | bool]) -> bytes:
+    """One frame of a message whose fields are strings and booleans."""
+    parts = [f'"v":{PROTOCOL_VERSION}']
+    for key, value in fields.items():
+        text = ("true" if value else "false") if isinstance(value, bool) else _quote(value)
+        parts.append(f"{_quote(key)}:{text}")
+    body = ("{" + ",".join(parts) + "}").encode()
+    return len(body).to_bytes(4, "big") + body
+
+
+def parse(body: bytes) -> dict:
+    """A frame's body as codec.Decoder reads it, with the version and type
+    checked as messages.decode checks them."""
+    try:
+        text = str(body, "utf-8")
+        message, end = _scan(text, 0)
+    except StopIteration as stop:
+        raise NotACoordinator(f"bad JSON: at character {stop.value}") from None
+    except (ValueError, RecursionError) as exc:
+        raise NotACoordinator(f"bad JSON: {exc}") from None
+    if text[end:].strip(" \t\n\r"):
+        raise NotACoordinator(f"bad JSON: extra data at character {end}")
+    if not isinstance(message, dict):
+        raise NotACoordinator("message is not a JSON object")
+    if type(message.get("v")) is not int or message["v"] != PROTOCOL_VERSION:
+        raise NotACoordinator(f"protocol version {message.get('v')!r}, "
+                              f"expected {PROTOCOL_VERSION}")
+    return message
+
+
+def _field(message: dict, name: str, kinds: tuple, default=None):
+    """A field as messages.py would check it: absent (default) or of kinds."""
+    if name not in message:
+        return default
+    value = message[name]
+    if value is None and type(None) in kinds or type(value) in kinds:
+        return value
+    raise NotACoordinator(f"{message.get('type')}.{name}: expected "
+                          f"{' or '.join(k.__name__ for k in kinds)}, got {type(value).__name__}")
+
+
+class Coordinator:
+    """One connection to a coordinator: hello, then commands."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.sock = _connect(host, port)
+        self._buf = b""
+
+    def hello(self, token: str) -> dict:
+        """Hello as a client; the welcome (comp_id, and the coordinator's
+        ckptdir if it has one), or UserError (a refusal) or
+        CoordinatorUnreachable."""
+        self.sock.settimeout(HELLO_TIMEOUT)
+        answer = self.request({"type": "hello", "role": "client", "token": token})
+        if answer["type"] == "refused":
+            error = _field(answer, "error", (str,), "")
+            self.close()
+            raise UserError(tokens.refusal(self.host, self.port, error,
+                                           error == "wrong computation token"))
+        if answer["type"] != "welcome":
+            self.close()
+            raise CoordinatorUnreachable(f"{self.host}:{self.port} is not a dmtcp coordinator "
+                                         f"(it answered {answer['type']!r})")
+        try:
+            if type(_field(answer, "comp_id", (str,))) is not str:
+                raise NotACoordinator("welcome: field 'comp_id' missing")
+            _field(answer, "ckptdir", (str, type(None)))
+        except NotACoordinator as exc:
+            self.close()
+            raise self._not_ours(exc) from None
+        return answer
+
+    def command(self, cmd: str, timeout: float | None) -> tuple[bool, str | None, dict]:
+        """One command without fields (status, list...): ok, error, and
+        the reply's body (its fields but those four)."""
+        self.sock.settimeout(timeout)
+        reply = self.request({"type": "command", "cmd": cmd})
+        if reply["type"] != "reply":
+            raise CoordinatorUnreachable(f"{self.host}:{self.port} answered a command with "
+                                         f"{reply['type']!r}")
+        try:
+            ok = _field(reply, "ok", (bool,))
+            if ok is None:
+                raise NotACoordinator("reply: field 'ok' missing")
+            error = _field(reply, "error", (str, type(None)))
+        except NotACoordinator as exc:
+            raise self._not_ours(exc) from None
+        body = {k: v for k, v in reply.items() if k not in ("v", "type", "ok", "error")}
+        return ok, error, body
+
+    def request(self, fields: dict[str, str | bool]) -> dict:
+        """Send one message, read the next (a dict with its type checked)."""
+        try:
+            self.sock.sendall(frame(fields))
+            message = parse(self._next_body())
+        except NotACoordinator as exc:
+            raise self._not_ours(exc) from None
+        except TimeoutError:
+            raise CoordinatorUnreachable(
+                f"coordinator at {self.host}:{self.port} did not answer") from None
+        except OSError as exc:
+            raise CoordinatorUnreachable(
+                f"lost the coordinator at {self.host}:{self.port}: {exc}") from None
+        if not isinstance(message.get("type"), str):
+            raise self._not_ours(NotACoordinator(f"unknown message type {message.get('type')!r}"))
+        return message
+
+    def _next_body(self) -> bytes:
+        while True:
+            if len(self._buf) >= 4:
+                length = int.from_bytes(self._buf[:4], "big")
+                if length == 0 or length > MAX_FRAME:
+                    raise NotACoordinator(f"bad frame length {length}")
+                if len(self._buf) >= 4 + length:
+                    body, self._buf = self._buf[4:4 + length], self._buf[4 + length:]
+                    return body
+            data = self.sock.recv(65536)
+            if not data:
+                raise CoordinatorUnreachable(
+                    f"coordinator at {self.host}:{self.port} closed the connection")
+            self._buf += data
+
+    def _not_ours(self, exc: Exception) -> CoordinatorUnreachable:
+        return CoordinatorUnreachable(f"{self.host}:{self.port} is not a dmtcp coordinator ({exc})")
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _connect(host: str, port: int):
+    """socket.create_connection's way: each address in turn."""
+    error: OSError | None = None
+    # an ASCII name as bytes: a str goes through the idna codec, whose
+    # import (stringprep, unicodedata) costs 6 ms
+    name = host.encode("ascii") if host.isascii() else host
+    try:
+        addresses = _socket.getaddrinfo(name, port, 0, _socket.SOCK_STREAM)
+    except OSError as exc:
+        error = exc
+        addresses = []
+    for family, kind, proto, _, address in addresses:
+        sock = _socket.socket(family, kind | _socket.SOCK_CLOEXEC, proto)
+        try:
+            sock.settimeout(CONNECT_TIMEOUT)
+            sock.connect(address)
+            return sock
+        except OSError as exc:
+            error = exc
+            sock.close()
+    reason = (error.strerror or error) if error is not None else "no address"
+    raise CoordinatorUnreachable(f"no coordinator at {host}:{port} ({reason})")

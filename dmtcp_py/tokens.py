@@ -1,0 +1,40 @@
+"""The computation token a command or agent shows its coordinator, and
+where it was looked for.  Apart from client.py (which needs the protocol's
+messages) so that dmtcp-launch finds it before its heavy imports."""
+from __future__ import annotations
+
+import os
+
+from dmtcp_py.paths import token_path
+
+
+def resolve_token(port: int) -> str:
+    """The computation token: $DMTCP_COORD_TOKEN, else the local token file."""
+    token = os.environ.get("DMTCP_COORD_TOKEN")
+    if token:
+        return token
+    try:
+        with open(token_path(port)) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def token_hint(port: int) -> str:
+    """Where resolve_token() found the token it gave, and how to pass the
+    right one: what a refused client needs to hear."""
+    if os.environ.get("DMTCP_COORD_TOKEN"):
+        where = "the token given in $DMTCP_COORD_TOKEN is not this coordinator's"
+    else:
+        path = token_path(port)
+        where = (f"the token in {path} is not this coordinator's" if os.path.exists(path)
+                 else f"no token: {path} does not exist")
+    return (f"{where}; give it in DMTCP_COORD_TOKEN, or set DMTCP_TMPDIR to the "
+            f"coordinator's (its token is in $DMTCP_TMPDIR/dmtcp-<user>@<host>/"
+            f"coordinator-{port}.token)")
+
+
+def refusal(host: str, port: int, error: str, wrong_token: bool) -> str:
+    """One line for a coordinator's refusal of our hello."""
+    why = token_hint(port) if wrong_token else error
+    return f"coordinator at {host}:{port} refused us: {why}"

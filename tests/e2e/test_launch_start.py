@@ -1,0 +1,89 @@
+"""dmtcp-launch starts the program at once; its agent loads and joins the
+coordinator beside it (agent/early.py).  What the program does meanwhile
+is not lost: its own checkpoint request waits for the agent, a signal
+sent to dmtcp-launch waits for the agent's handlers, and a program that
+ends before the agent has loaded gives its status as under the agent."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+
+import pytest
+
+from tests.e2e.harness import TIMEOUT, tool, wait_for
+
+
+def _launch(comp, *argv: str, env: dict | None = None, **kw) -> subprocess.Popen:
+    """dmtcp-launch --join, without waiting for the tree to join."""
+    return subprocess.Popen([tool("dmtcp-launch"), "--join", "-p", str(comp.port),
+                             "--ckptdir", str(comp.ckptdir), *argv],
+                            stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})}, **kw)
+
+
+def test_a_checkpoint_the_program_asks_for_at_once_is_taken(comp, programs, tmp_path):
+    out = tmp_path / "out"
+    with open(out, "w") as o:
+        # the 5th tick asks: no wait between ticks, so before the agent has loaded
+        proc = _launch(comp, *programs["api_user_py"], "6", "0", stdout=o,
+                       stderr=subprocess.PIPE)
+    _, err = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == 0, err
+    text = out.read_text()
+    assert re.findall(r"^returned .*$", text, re.M) == [
+        "returned 1 gen 1 ckpts 1 restarts 0 hooks 1 1 0"], text
+    assert len(comp.images()) == 1
+    assert comp.status()["generation"] == 1
+
+
+@pytest.mark.parametrize("namespace", ["1", "0"])
+def test_a_signal_sent_while_the_agent_loads_reaches_the_program(comp, namespace):
+    proc = _launch(comp, "sh", "-c", "echo up; exec sleep 60", stdout=subprocess.PIPE,
+                   env={"DMTCP_PID_NAMESPACE": namespace})
+    assert proc.stdout.readline() == b"up\n"  # the program runs: send at once
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=TIMEOUT) == 128 + signal.SIGTERM
+    proc.stdout.close()
+    wait_for(lambda: comp.status()["num_peers"] == 0, what="the tree to be gone")
+
+
+@pytest.mark.parametrize("namespace", ["1", "0"])
+@pytest.mark.parametrize("script, code", [("true", 0), ("exit 7", 7),
+                                          ("kill -USR1 $$", 128 + signal.SIGUSR1)])
+def test_a_program_that_ends_at_once_gives_its_status(comp, namespace, script, code):
+    proc = _launch(comp, "sh", "-c", script, env={"DMTCP_PID_NAMESPACE": namespace},
+                   stderr=subprocess.PIPE)
+    _, err = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == code, err
+    assert err == b""
+    assert comp.status()["num_peers"] == 0
+
+
+BEFORE_THE_PROGRAM = """
+import sys
+from dmtcp_py.agent import early
+from dmtcp_py.cli import fastargs, launcher
+
+def instead_of_loading(started, module, may_leave):
+    print(" ".join(sorted(sys.modules)))  # all that ran before the program started
+    early.abandon(started)
+    return 0
+
+launcher.early.load_beside = instead_of_loading
+sys.exit(launcher.launch(fastargs.launch_args(sys.argv[1:])))
+"""
+
+
+def test_nothing_heavy_runs_before_the_program(comp):
+    """What dmtcp-launch runs before the program starts (the checks, the
+    hello to the coordinator, the spawn) loads none of the agent's heavy
+    modules (tests/unit/test_light_imports.py names them)."""
+    from tests.unit.test_light_imports import HEAVY
+    res = subprocess.run([os.path.join(os.path.dirname(tool("dmtcp-launch")), "python"), "-c",
+                          BEFORE_THE_PROGRAM, "--join", "-p", str(comp.port), "sleep", "30"],
+                         capture_output=True, text=True, timeout=TIMEOUT)
+    assert res.returncode == 0, res.stderr
+    loaded = set(res.stdout.split())
+    assert "dmtcp_py.agent.early" in loaded
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))

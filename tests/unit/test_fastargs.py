@@ -1,0 +1,86 @@
+"""The usual command lines, read without click (cli/fastargs.py), give
+what click gives for them; anything unusual is left to click (None)."""
+from __future__ import annotations
+
+import pytest
+
+from dmtcp_py.cli import fastargs, launch_click
+
+ENV = ("DMTCP_COORD_HOST", "DMTCP_COORD_PORT", "DMTCP_CHECKPOINT_INTERVAL", "DMTCP_GZIP")
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for name in ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+def _by_click(monkeypatch, words: list[str]) -> dict:
+    """What the click command hands to launch() for words."""
+    seen = {}
+    monkeypatch.setattr(launch_click, "launch", lambda a: seen.update(vars(a)) or 0)
+    launch_click.cli.main(args=words, prog_name="dmtcp-launch", standalone_mode=False)
+    return seen
+
+
+@pytest.mark.parametrize("words", [
+    ["/bin/true"],
+    ["-j", "-p", "7001", "prog", "a", "-x", "--join"],
+    ["--join", "--coord-port=7002", "--coord-host", "h1", "prog"],
+    ["-h", "10.0.0.1", "--ckptdir", "/data", "--gzip", "prog", "--", "b"],
+    ["--new-coordinator", "-i", "auto", "--no-gzip", "--", "-prog-", "x"],
+    ["-i", "2.5", "--ckptdir=/c", "--interval=0", "prog"],
+    ["-p", "0", "prog"],
+])
+def test_same_as_click(monkeypatch, words):
+    fast = fastargs.launch_args(words)
+    assert fast is not None
+    assert vars(fast) == _by_click(monkeypatch, words)
+
+
+@pytest.mark.parametrize("env", [
+    {"DMTCP_COORD_PORT": "7100", "DMTCP_COORD_HOST": "h2"},
+    {"DMTCP_CHECKPOINT_INTERVAL": "auto", "DMTCP_GZIP": "yes"},
+    {"DMTCP_GZIP": "0", "DMTCP_CHECKPOINT_INTERVAL": "3"},
+])
+def test_same_environment_as_click(monkeypatch, env):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    words = ["prog", "arg"]
+    assert vars(fastargs.launch_args(words)) == _by_click(monkeypatch, words)
+
+
+@pytest.mark.parametrize("words", [
+    [], ["--help"], ["--version"], ["-j"], ["-p", "notaport", "prog"], ["-p", "70000", "prog"],
+    ["-p"], ["-i", "-1", "prog"], ["-i", "inf", "prog"], ["--bogus", "prog"], ["-jp", "7", "x"],
+    ["--join=yes", "prog"], ["-p7000", "prog"],
+])
+def test_the_unusual_is_left_to_click(words):
+    assert fastargs.launch_args(words) is None
+
+
+@pytest.mark.parametrize("env", [{"DMTCP_COORD_PORT": "x"}, {"DMTCP_GZIP": "maybe"},
+                                 {"DMTCP_CHECKPOINT_INTERVAL": "soon"}])
+def test_an_environment_to_complain_about_is_left_to_click(monkeypatch, env):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert fastargs.launch_args(["prog"]) is None
+
+
+@pytest.mark.parametrize("words, listing, as_json, port", [
+    (["-s"], False, False, 7779),
+    (["--status", "--json", "-p", "7001"], False, True, 7001),
+    (["-l", "--coord-port=7002"], True, False, 7002),
+    (["--json", "--list", "-h", "h1"], True, True, 7779),
+])
+def test_status_lines(words, listing, as_json, port):
+    a = fastargs.status_args(words)
+    assert (a.listing, a.as_json, a.port) == (listing, as_json, port)
+
+
+@pytest.mark.parametrize("words", [
+    [], ["-s", "-l"], ["-c"], ["-s", "extra"], ["--help"], ["-s", "-p", "x"], ["--json"],
+    ["-s", "--json=1"],
+])
+def test_other_commands_are_left_to_click(words):
+    assert fastargs.status_args(words) is None

@@ -1,0 +1,21 @@
+"""What dmtcp-launch runs before it starts the program, and what
+`dmtcp-command -s` runs, loads none of the heavy modules (issue 17: the
+program starts at once; each of these costs milliseconds of import)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("asyncio", "click", "dataclasses", "typing", "json", "socket", "pathlib", "re",
+         "logging", "threading", "psutil", "enum", "signal", "shutil", "tempfile", "getpass",
+         "dmtcp_py.protocol.messages", "dmtcp_py.client")
+
+
+@pytest.mark.parametrize("module", ["dmtcp_py.cli.launch", "dmtcp_py.cli.command"])
+def test_entry_points_load_nothing_heavy(module):
+    code = f"import sys, {module}; print(' '.join(sorted(sys.modules)))"
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                check=True).stdout.split())
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
