@@ -6,7 +6,8 @@ import pytest
 
 from dmtcp_py.cli import fastargs, launch_click
 
-ENV = ("DMTCP_COORD_HOST", "DMTCP_COORD_PORT", "DMTCP_CHECKPOINT_INTERVAL", "DMTCP_GZIP")
+ENV = ("DMTCP_COORD_HOST", "DMTCP_COORD_PORT", "DMTCP_CHECKPOINT_INTERVAL", "DMTCP_GZIP",
+       "DMTCP_KEEP", "DMTCP_INCREMENTAL")
 
 
 @pytest.fixture(autouse=True)
@@ -31,6 +32,8 @@ def _by_click(monkeypatch, words: list[str]) -> dict:
     ["--new-coordinator", "-i", "auto", "--no-gzip", "--", "-prog-", "x"],
     ["-i", "2.5", "--ckptdir=/c", "--interval=0", "prog"],
     ["-p", "0", "prog"],
+    ["--keep", "3", "--incremental", "prog"],
+    ["--keep=0", "--no-incremental", "--gzip", "prog", "--keep", "9"],
 ])
 def test_same_as_click(monkeypatch, words):
     fast = fastargs.launch_args(words)
@@ -42,6 +45,7 @@ def test_same_as_click(monkeypatch, words):
     {"DMTCP_COORD_PORT": "7100", "DMTCP_COORD_HOST": "h2"},
     {"DMTCP_CHECKPOINT_INTERVAL": "auto", "DMTCP_GZIP": "yes"},
     {"DMTCP_GZIP": "0", "DMTCP_CHECKPOINT_INTERVAL": "3"},
+    {"DMTCP_KEEP": "2", "DMTCP_INCREMENTAL": "1"},
 ])
 def test_same_environment_as_click(monkeypatch, env):
     for name, value in env.items():
@@ -53,14 +57,16 @@ def test_same_environment_as_click(monkeypatch, env):
 @pytest.mark.parametrize("words", [
     [], ["--help"], ["--version"], ["-j"], ["-p", "notaport", "prog"], ["-p", "70000", "prog"],
     ["-p"], ["-i", "-1", "prog"], ["-i", "inf", "prog"], ["--bogus", "prog"], ["-jp", "7", "x"],
-    ["--join=yes", "prog"], ["-p7000", "prog"],
+    ["--join=yes", "prog"], ["-p7000", "prog"], ["--keep", "-1", "prog"], ["--keep", "x", "prog"],
+    ["--incremental=1", "prog"],
 ])
 def test_the_unusual_is_left_to_click(words):
     assert fastargs.launch_args(words) is None
 
 
 @pytest.mark.parametrize("env", [{"DMTCP_COORD_PORT": "x"}, {"DMTCP_GZIP": "maybe"},
-                                 {"DMTCP_CHECKPOINT_INTERVAL": "soon"}])
+                                 {"DMTCP_CHECKPOINT_INTERVAL": "soon"}, {"DMTCP_KEEP": "-2"},
+                                 {"DMTCP_INCREMENTAL": "perhaps"}])
 def test_an_environment_to_complain_about_is_left_to_click(monkeypatch, env):
     for name, value in env.items():
         monkeypatch.setenv(name, value)
