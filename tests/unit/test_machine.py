@@ -825,7 +825,7 @@ def test_status_counts():
         "state": "RUNNING", "generation": 0, "checkpoint_interval": 0.0, "interval_auto": False,
         "last_checkpoint": None, "auto_restart": False, "restarts": 0, "recovering": None,
         "last_failure": None, "time_lost": 0.0, "gave_up": None, "last_exit": None,
-        "replicas": 0, "replicated_trees": 0}
+        "replicas": 0, "replicated_trees": 0, "rebalance": None}
     sim.join(3)
     assert sim.send(1, peers(3)) == []
     sim.send(2, peers(2))
