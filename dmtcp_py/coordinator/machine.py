@@ -741,7 +741,7 @@ class CoordinatorMachine:
         decision = rb.decide(now, trees, self.traffic.groups(now))
         if decision is None:
             return []
-        rb.started(now)
+        rb.started(now, left=decision.host if decision.to else "")
         actions: list = [Notice(decision.describe())]
         if not decision.to:
             return actions

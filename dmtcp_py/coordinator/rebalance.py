@@ -21,7 +21,9 @@ host ("Grouping MPI Processes for Partial Checkpoint and Co-migration":
 a slowed process moves with the processes it talks to most), to the
 least loaded other host of --hosts: one that runs none of the
 computation's trees first (a spare), else the one whose CPUs were least
-busy, if less busy than the overloaded host's.
+busy, if less busy than the overloaded host's.  A host trees left because
+it was overloaded is no target for a while (LEFT_FOR): the processes that
+took its CPUs are likely still there.
 """
 from __future__ import annotations
 
@@ -34,6 +36,9 @@ WAIT = 0.25      # of the time a thread of the tree waits for a CPU
 FOREIGN = 0.3    # CPUs taken by processes not under control
 AFTER = 30.0     # seconds a host stays overloaded before its trees move (default)
 STALE = 15.0     # seconds after which a tree's report no longer counts (3 samples)
+# a host trees left because it was overloaded is no target for this many
+# times `after` (at least LEFT_MIN seconds): no moving back and forth
+LEFT_FOR, LEFT_MIN = 10, 60.0
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,7 @@ class Rebalancer:
         self._since: dict[str, float] = {}      # host -> overloaded in every report since
         self._last_over: dict[str, float] = {}  # host -> its latest overloaded report
         self.not_before = 0.0                   # cool-down after a rebalance
+        self._left: dict[str, float] = {}       # host -> no target until then
 
     # ---- what the agents say ---------------------------------------------------
 
@@ -162,22 +168,27 @@ class Rebalancer:
         """The least loaded host of --hosts but `host`: a spare (None), else
         the least busy one that reported and is not overloaded itself."""
         used = set(trees.values())
+        barred = {h for h, until in self._left.items() if now < until} | {host}
         for h in self.hosts:
-            if h != host and h not in used:
+            if h not in barred and h not in used:
                 return h, None
         busy: dict[str, float] = {}
         for r in self._fresh(now):
             if r.host in self.hosts and r.host != host and trees.get(r.tree_id) == r.host:
                 busy[r.host] = max(busy.get(r.host, 0.0), r.share)
-        candidates = [h for h in self.hosts if h in busy and h not in self.overloaded(now)]
+        candidates = [h for h in self.hosts if h in busy and h not in barred
+                      and h not in self.overloaded(now)]
         if not candidates:
             return "", None
         best = min(candidates, key=lambda h: (busy[h], self.hosts.index(h)))
         return best, busy[best]
 
-    def started(self, now: float) -> None:
+    def started(self, now: float, left: str = "") -> None:
         """A rebalance was decided: what was measured is of the old
-        placement; nothing moves again before `after` seconds."""
+        placement; nothing moves again before `after` seconds, and nothing
+        to the host left for a while."""
+        if left:
+            self._left[left] = now + max(LEFT_FOR * self.after, LEFT_MIN)
         self._reports.clear()
         self._since.clear()
         self._last_over.clear()

@@ -37,7 +37,6 @@ processes started here are killed, by pid.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -114,11 +113,19 @@ def across_hosts(root: Path, solver: str, ranks: int, iterations: int, points: i
             if hog_proc is not None:
                 hog_proc.kill()
                 hog_proc.wait()
-        status = json.loads(h.command("-s", "--json").stdout)
         text = job.out.read_text(errors="replace")
-        return {"seconds": took, "code": code, "checksum": mpi.checksum(text),
-                "rebalance": (status.get("rebalance") or {}).get("last"),
+        # every move the coordinator made, and how each ended
+        moves = [line.split("coordinator: ", 1)[1] for line in h.log().splitlines()
+                 if "coordinator: rebalance:" in line or "coordinator: migration of" in line]
+        return {"seconds": took, "code": code, "checksum": mpi.checksum(text), "moves": moves,
                 "error": job.err.read_text(errors="replace")[-300:] if code else ""}
+
+
+def _move(line: str) -> str:
+    """A log line of a move, short: "h3 -> h5" or "done in 3.1 s"."""
+    if line.startswith("rebalance:"):
+        return line.rsplit("; ", 1)[-1].replace("moving ", "")
+    return line.replace("migration of ", "").replace("trees ", "")
 
 
 def main() -> int:
@@ -161,8 +168,9 @@ def main() -> int:
                         raise SystemExit(f"bench_rebalance: {name} with {ranks} rank(s) ended "
                                          f"{res['code']} with checksum {res['checksum']} "
                                          f"(native {answer}): {res['error']}")
-                    progress(f"{ranks} rank(s), {name}: {res['seconds']:.1f} s"
-                             + (f"; {res['rebalance']['why']}" if res["rebalance"] else ""))
+                    progress(f"{ranks} rank(s), {name}: {res['seconds']:.1f} s")
+                    for line in res["moves"]:
+                        progress(f"  {line}")
                     results[name].append(res)
             rows.append((ranks, base, results))
     finally:
@@ -174,13 +182,11 @@ def main() -> int:
           f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     print()
     print("| ranks | native (s) | no hog (s) | hog (s) | hog, --rebalance (s) | "
-          "hog / no hog | rebalance / no hog | hog / rebalance | moved |")
+          "hog / no hog | rebalance / no hog | hog / rebalance | moves (last run) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for ranks, base, results in rows:
         med = {k: statistics.median(r["seconds"] for r in v) for k, v in results.items()}
-        last = results["rebalance"][-1]["rebalance"]
-        moved = (f"{last['host']} -> {last['to']} after {last['overloaded_for']:.0f} s "
-                 f"overloaded, migration {last.get('duration') or 0:.1f} s") if last else "no"
+        moved = "; ".join(_move(line) for line in results["rebalance"][-1]["moves"]) or "none"
         print(f"| {ranks} | {base:.1f} | {med['no hog']:.1f} | {med['hog']:.1f} | "
               f"{med['rebalance']:.1f} | {med['hog'] / med['no hog']:.2f} | "
               f"{med['rebalance'] / med['no hog']:.2f} | {med['hog'] / med['rebalance']:.2f} | "

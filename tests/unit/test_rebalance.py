@@ -306,3 +306,29 @@ def test_traffic_groups_move_together():
         sim.send(b, calm(cpus=(0,), busy=1.0, kernel="k3"))
         sim.tick(at)
     assert sorted(sim.m.round.migration.moving) == ["t3", "t3b"]
+
+
+def test_a_host_left_for_its_load_is_no_target_for_a_while():
+    """t3 left h3 for h5; now h5 is overloaded too: the spare h3 is barred
+    (its hog is likely still there), so t3 goes to the spare h4."""
+    rb = Rebalancer(("h2", "h3", "h4", "h5"), after=5)
+    trees = {"t2": "h2", "t3": "h5"}
+    rb.started(0.0, left="h3")
+    for at in (10.0, 15.0):
+        rb.report("t2", "h2", calm(kernel="k2"), at)
+        rb.report("t3", "h5", slowed(kernel="k5"), at)
+    assert rb.decide(15.0, trees, []).to == "h4"
+    rb.started(15.0, left="h5")
+    trees = {"t2": "h2", "t3": "h4"}
+    for at in (30.0, 35.0):
+        rb.report("t2", "h2", calm(kernel="k2"), at)
+        rb.report("t3", "h4", slowed(kernel="k4"), at)
+    # h3 and h5 are both barred, h2 (5% busy) is less busy than h4: h2
+    d = rb.decide(35.0, trees, [])
+    assert d.to == "h2", d
+    # once the bar is over, the spare h3 again comes first
+    rb.started(35.0)
+    for at in (100.0, 105.0):
+        rb.report("t2", "h2", calm(kernel="k2"), at)
+        rb.report("t3", "h4", slowed(kernel="k4"), at)
+    assert rb.decide(105.0, trees, []).to == "h3"
