@@ -9,7 +9,7 @@ import json
 import pytest
 
 from dmtcp_py.coordinator import restarter
-from tests.e2e.harness import TIMEOUT, wait_for
+from tests.e2e.harness import TIMEOUT, ticks, wait_for
 from tests.e2e.test_bad_input import free_port
 from tests.e2e.test_network import last
 
@@ -108,3 +108,28 @@ def test_bad_migrations_are_one_line_errors(comp, programs):
         assert res.returncode != 0 and words in res.stderr, (args, res.stderr)
         assert len(res.stderr.strip().splitlines()) == 1
     comp.kill_and_wait(proc)
+
+
+def test_a_moved_tree_moves_again_and_checkpoints_into_the_checkpoint_directory(
+        comp, programs, moved_output):
+    """A tree a migration restored goes on with the computation's checkpoint
+    directory, not with the directory of the image it was moved with (gone
+    once it is restored): it moves again, and its checkpoint lands there."""
+    launch, out = comp.launch(*programs["counter_single"], "100000", "20")
+    comp.wait_peers(1)
+    wait_for(lambda: len(ticks(out)) >= 10, what="the counter to tick")
+    [(tree, info)] = _trees(comp).items()
+    for _ in range(2):
+        body = json.loads(comp.command("--migrate", tree, "--to", info["host"], "--json").stdout)
+        assert body["moved"] == [tree], body
+    assert launch.wait(timeout=TIMEOUT) == 0, launch.err_path.read_text()
+    comp.command("-bc")
+    images = [p.name for p in comp.ckptdir.iterdir() if p.name.startswith("ckpt_")]
+    assert len(images) == 1, sorted(comp.ckptdir.iterdir())
+    assert not list(comp.ckptdir.rglob(".dmtcp-migration/*/.dmtcp-migration"))
+    seen = len(ticks(moved_output))
+    wait_for(lambda: len(ticks(moved_output)) > seen + 5, what="the moved counter to tick on")
+    rows = [int(r[1]) for r in ticks(moved_output) if r[0] == "tick"]
+    first = int(ticks(out)[-1][1])
+    assert rows[0] == first + 1 and rows == list(range(rows[0], rows[0] + len(rows))), rows[:5]
+    comp.command("-k")
