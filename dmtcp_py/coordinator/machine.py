@@ -561,8 +561,10 @@ class CoordinatorMachine:
         placement = migration.placement((self.agents[a].host for a in chosen), to)
         self._restart_serial += 1
         self.names.reset()  # the moved trees' connections meet through fresh names
+        # (not the trees told to end, such as a failed migration's new
+        # copies still going: they take no part in a round)
         rnd = Round(RoundKind.MIGRATE, self.generation + 1, State.SUSPENDED, now,
-                    participants=set(self.agents),
+                    participants={a for a, agent in self.agents.items() if not agent.dismissed},
                     migration=Migration(moving, placement, self._restart_serial))
         if client_id is not None:
             rnd.waiters.append(client_id)
@@ -736,6 +738,8 @@ class CoordinatorMachine:
         rb = self.rebalancer
         if rb is None or self.round is not None or self.recovery is not None or not self.agents:
             return []
+        if any(a.dismissed or a.silent is not None for a in self.agents.values()):
+            return []  # a tree on its way out (a failed move's new copy): after it
         trees = {a.tree_id: a.host for a in self.agents.values()
                  if not a.dismissed and a.silent is None}
         decision = rb.decide(now, trees, self.traffic.groups(now))

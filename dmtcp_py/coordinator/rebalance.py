@@ -21,7 +21,7 @@ host ("Grouping MPI Processes for Partial Checkpoint and Co-migration":
 a slowed process moves with the processes it talks to most), to the
 least loaded other host of --hosts: one that runs none of the
 computation's trees first (a spare), else the one whose CPUs were least
-busy, if less busy than the overloaded host's.  A host trees left because
+busy, if its CPUs are at least MARGIN less busy than the overloaded host's.  A host trees left because
 it was overloaded is no target for a while (LEFT_FOR): the processes that
 took its CPUs are likely still there.
 """
@@ -34,6 +34,7 @@ from dmtcp_py.protocol.messages import Load
 
 WAIT = 0.25      # of the time a thread of the tree waits for a CPU
 FOREIGN = 0.3    # CPUs taken by processes not under control
+MARGIN = 0.25    # a host with trees is a target only if its CPUs are this much less busy
 AFTER = 30.0     # seconds a host stays overloaded before its trees move (default)
 STALE = 15.0     # seconds after which a tree's report no longer counts (3 samples)
 # a host trees left because it was overloaded is no target for this many
@@ -158,7 +159,7 @@ class Rebalancer:
                 names |= {t for t in members if trees.get(t) == host}
         to, load_there = self._target(host, trees, now)
         here = max(r.share for r in slowed)
-        if to and load_there is not None and load_there >= here:
+        if to and load_there is not None and load_there > here - MARGIN:
             to, load_there = "", None
         return Decision(host, to, tuple(sorted(names)), self._last_over[host] - since,
                         tuple(sorted((r.tree_id, r.load.wait) for r in slowed)),

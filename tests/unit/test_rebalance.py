@@ -332,3 +332,19 @@ def test_a_host_left_for_its_load_is_no_target_for_a_while():
         rb.report("t2", "h2", calm(kernel="k2"), at)
         rb.report("t3", "h4", slowed(kernel="k4"), at)
     assert rb.decide(105.0, trees, []).to == "h3"
+
+
+def test_no_rebalance_while_a_tree_is_on_its_way_out_nor_to_a_host_as_busy():
+    sim, ids = rebalancing(after=5.0)
+    sim.m.agents[ids["h2"]].dismissed = True  # told to end, not gone yet
+    for at in (0.0, 5.0, 10.0):
+        load_reports(sim, ids, at)
+        assert sim.tick(at) == []
+    sim.m.agents[ids["h2"]].dismissed = False
+    assert sim.tick(10.0) and sim.m.round is not None
+    # no spare, and the other host nearly as busy: staying
+    rb = Rebalancer(("h3", "h4"), after=5)
+    for at in (0.0, 5.0):
+        rb.report("t3", "h3", slowed(kernel="k3"), at)
+        rb.report("t4", "h4", calm(busy=0.9, kernel="k4"), at)
+    assert rb.decide(5.0, {"t3": "h3", "t4": "h4"}, []).to == ""
