@@ -52,6 +52,16 @@ def status_lines(status: dict, *, last_checkpoint: bool = True) -> list[str]:
         lines.append(f"REPLICAS={status['replicas']} "
                      f"({status.get('replicated_trees', 0)} of {status.get('num_trees', 0)} "
                      "trees copied)")
+    rebal = status.get("rebalance")
+    if rebal:
+        over = ", ".join(f"{h} for {s:.0f} s" for h, s in sorted(rebal["overloaded"].items()))
+        lines.append(f"REBALANCE=after {rebal['after']:g} s"
+                     + (f"; overloaded: {over}" if over else ""))
+        last = rebal.get("last")
+        if last:
+            outcome = {True: "done", False: f"FAILED: {last.get('error')}",
+                       None: "under way"}[last.get("ok")]
+            lines.append(f"LAST_REBALANCE={last['why']} ({outcome})")
     failure = status.get("last_failure")
     if failure:
         lines.append(f"LAST_FAILURE={failure['program']}@{failure['host']} "

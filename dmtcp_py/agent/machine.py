@@ -27,7 +27,7 @@ from dmtcp_py.protocol import messages
 from dmtcp_py.protocol.states import State, TransitionError, check_transition
 
 COMMIT_TIMEOUT = 30.0  # a stopped tree's agent waits this long for the commit
-TRAFFIC_EVERY = 5.0    # seconds between samples of the tree's traffic (--graph)
+TRAFFIC_EVERY = 5.0    # seconds between samples of the tree's traffic and load (--graph, --rebalance)
 
 
 class Work(enum.Enum):
@@ -169,6 +169,13 @@ class Rejoin:
 class SampleTraffic:
     """Tell the coordinator the tree's TCP connections and their byte
     counters now (messages.Traffic), for its traffic matrix (--graph)."""
+
+
+@dataclass(frozen=True)
+class SampleLoad:
+    """Tell the coordinator how busy the CPUs the tree may use were since
+    the last sample, and how much of them it had (messages.Load), for
+    --rebalance.  Sampled with the traffic: the same cadence."""
 
 
 @dataclass(frozen=True)
@@ -315,7 +322,7 @@ class AgentMachine:
         actions: list = []
         if self.running and now >= self.next_traffic:
             self.next_traffic = now + TRAFFIC_EVERY
-            actions.append(SampleTraffic())
+            actions += [SampleTraffic(), SampleLoad()]
         if self.heartbeat <= 0:
             return actions
         if self.heartbeat_timeout > 0 and now - last_heard > self.heartbeat_timeout:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from dmtcp_py.agent import machine as am
-from dmtcp_py.agent import early, init_dir, start, tcpstats, tree_work
+from dmtcp_py.agent import early, hostload, init_dir, start, tcpstats, tree_work
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.link import CoordinatorLink
 from dmtcp_py.agent.network import Network
@@ -94,6 +94,7 @@ class Agent:
         self._finishing: set[asyncio.Task] = set()  # images being published or dropped
         self._follower: asyncio.Task | None = None
         self.replicas: ReplicaServer | None = None
+        self.load = hostload.LoadSampler()  # --rebalance: deltas between samples
 
     # ---- entry -----------------------------------------------------------------
 
@@ -286,6 +287,18 @@ class Agent:
             messages.FlowInfo(local=f.local, peer=f.peer, sent=f.sent, received=f.received)
             for f in flows)))
 
+    async def _send_load(self) -> None:
+        """How busy the tree's CPUs were since the last sample, and its share."""
+        def sample():
+            return self.load.sample([p.pid for p in self.tree.processes()], time.monotonic())
+        try:
+            load = await asyncio.get_running_loop().run_in_executor(None, sample)
+        except OSError as exc:  # no /proc/stat here: no rebalancing by this tree
+            log.debug("load sample failed: %s", exc)
+            return
+        if load is not None:
+            self.link.send(load)
+
     def _process_killed(self, pid: int, signum: int, core: bool, name: str) -> None:
         self._spawn(self._apply(self.machine.process_killed(pid, signum, core, name)))
 
@@ -346,6 +359,8 @@ class Agent:
                     self._spawn(self._copy(generation, path, target))
             case am.SampleTraffic():
                 self._spawn(self._send_traffic())
+            case am.SampleLoad():
+                self._spawn(self._send_load())
             case am.DropLink(why):
                 log.warning("%s; taking it for lost", why)
                 self.link.close()

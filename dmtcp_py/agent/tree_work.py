@@ -309,7 +309,7 @@ def migration_dir(ckptdir: Path, tree_id: str, generation: int) -> Path:
     """Where a migration dumps a moving tree: apart from its generations,
     which a migration does not touch (0700, as every image directory)."""
     top = Path(ckptdir) / MIGRATION_DIR
-    top.mkdir(mode=0o700, exist_ok=True)
+    top.mkdir(mode=0o700, parents=True, exist_ok=True)  # (no checkpoint made it yet)
     where = top / f"{tree_id}-{generation}-{os.getpid()}"
     where.mkdir(mode=0o700, exist_ok=True)
     return where
@@ -317,6 +317,14 @@ def migration_dir(ckptdir: Path, tree_id: str, generation: int) -> Path:
 
 def is_migration_image(image: Path) -> bool:
     return image.parent.parent.name == MIGRATION_DIR
+
+
+def home_dir(image: Path) -> Path:
+    """The checkpoint directory a restored tree goes on with: its image's,
+    or, for a migration's image (dropped once restored), the directory that
+    holds the migration's: the tree's later checkpoints and migrations go
+    there, not into a directory that is gone."""
+    return image.parent.parent.parent if is_migration_image(image) else image.parent
 
 
 def _no_failure_inside(pids: list[int]) -> None:

@@ -15,7 +15,7 @@ import click
 
 from dmtcp_py import __version__, logs
 from dmtcp_py.cli.base import AUTO, CONTEXT, INTERVAL, coord_port_option, keep_option, run
-from dmtcp_py.coordinator import console, recovery
+from dmtcp_py.coordinator import console, rebalance as rebalancing, recovery
 from dmtcp_py.coordinator.machine import CoordinatorMachine
 from dmtcp_py.coordinator.server import CoordinatorServer
 from dmtcp_py.errors import UserError
@@ -63,12 +63,20 @@ from dmtcp_py.paths import token_file
               help="Copy each tree's published images to N other hosts of the computation, "
                    "so that a lost host's trees restart from a copy [env DMTCP_REPLICAS].")
 @keep_option
+@click.option("--rebalance", is_flag=True, envvar="DMTCP_REBALANCE",
+              help="Move the trees a host slows down (its CPUs taken by processes not under "
+                   "control) to the least loaded host of --hosts [env DMTCP_REBALANCE=1].")
+@click.option("--rebalance-after", type=click.FloatRange(min=0, min_open=True),
+              default=rebalancing.AFTER, show_default=True, envvar="DMTCP_REBALANCE_AFTER",
+              metavar="SECONDS",
+              help="With --rebalance: how long a host stays overloaded before its slowed "
+                   "trees move [env DMTCP_REBALANCE_AFTER].")
 @click.option("--daemon", is_flag=True, help="Run in the background (no console).")
 @click.option("-q", "--quiet", is_flag=True, help="Print no progress messages.")
 @click.version_option(__version__, "--version")
 def cli(coord_port, listen_host, port_file, ckptdir, interval, exit_on_last, exit_after_ckpt,
         auto_restart, max_restarts, hosts, heartbeat, heartbeat_timeout, replicas, keep,
-        daemon, quiet):
+        rebalance, rebalance_after, daemon, quiet):
     """Coordinate checkpoints of every process tree launched against it.
 
     Console commands on standard input: c checkpoint, l list, s status,
@@ -77,6 +85,8 @@ def cli(coord_port, listen_host, port_file, ckptdir, interval, exit_on_last, exi
     if heartbeat and heartbeat_timeout and heartbeat_timeout <= heartbeat:
         raise UserError(f"--heartbeat-timeout ({heartbeat_timeout:g} s) must be longer than "
                         f"--heartbeat ({heartbeat:g} s)")
+    if rebalance and not hosts:
+        raise UserError("--rebalance needs --hosts (the hosts the trees may move to)")
     policy = recovery.RecoveryPolicy(auto_restart=auto_restart, max_restarts=max_restarts,
                                      heartbeat=heartbeat, heartbeat_timeout=heartbeat_timeout,
                                      hosts=_hosts(hosts), replicas=replicas)
@@ -90,7 +100,8 @@ def cli(coord_port, listen_host, port_file, ckptdir, interval, exit_on_last, exi
                                  interval_auto=interval == AUTO,
                                  now=time.monotonic(), ckptdir=str(ckpt) if ckpt else None,
                                  keep=keep,
-                                 policy=policy)
+                                 policy=policy,
+                                 rebalance_after=rebalance_after if rebalance else 0.0)
     server = CoordinatorServer(machine, token, host=listen_host, port=coord_port,
                                ckptdir=ckpt, quiet=quiet or daemon)
     return asyncio.run(_main(server, port_file, ready_fd, console_on=not daemon))

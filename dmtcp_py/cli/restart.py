@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from dmtcp_py import __version__, criu_access, logs
-from dmtcp_py.agent import stdio
+from dmtcp_py.agent import stdio, tree_work
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.runner import Agent, import_checkpoint_modules
 from dmtcp_py.cli.base import CONTEXT, coord_host_option, coord_port_option, keep_option, run
@@ -81,7 +81,7 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, incrementa
 
     def config(image: Path, m: manifest.Manifest) -> AgentConfig:
         return AgentConfig(coord_host=coord_host, coord_port=port, token=token,
-                           ckptdir=Path(ckptdir).resolve() if ckptdir else image.parent,
+                           ckptdir=Path(ckptdir).resolve() if ckptdir else tree_work.home_dir(image),
                            tree_id=m.tree_id, program=m.program, argv=m.argv,
                            image=image, manifest=m, compress=gzip, lazy=lazy, keep=keep,
                            incremental=incremental)

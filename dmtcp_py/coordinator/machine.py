@@ -10,7 +10,7 @@ import dataclasses
 import enum
 from dataclasses import dataclass, field
 
-from dmtcp_py.coordinator import migration, recovery, replication
+from dmtcp_py.coordinator import migration, rebalance, recovery, replication
 from dmtcp_py.coordinator.interval import AutoInterval
 from dmtcp_py.coordinator.nameservice import NameService
 from dmtcp_py.coordinator.recovery import Failure, Phase, Recovery, RecoveryPolicy
@@ -26,6 +26,7 @@ from dmtcp_py.protocol.messages import (
     Hello,
     ImageInfo,
     Kill,
+    Load,
     Lookup,
     Message,
     Move,
@@ -202,7 +203,8 @@ class CoordinatorMachine:
                  exit_after_ckpt: bool = False, interval: float = 0.0,
                  interval_auto: bool = False,
                  now: float = 0.0, ckptdir: str | None = None, keep: int | None = None,
-                 policy: RecoveryPolicy = RecoveryPolicy()) -> None:
+                 policy: RecoveryPolicy = RecoveryPolicy(),
+                 rebalance_after: float = 0.0) -> None:
         self.comp_id = comp_id
         self.ckptdir = ckptdir  # offered to trees that did not choose their own
         self.keep = keep        # likewise, --keep (previous generations kept)
@@ -244,6 +246,13 @@ class CoordinatorMachine:
         # --replicas: generation -> tree_id -> the copies its agent made
         self.copies: dict[int, dict[str, list[Copy]]] = {}
         self._restart_serial = 0
+        # --rebalance: trees a host slows down move to the least loaded
+        # host of --hosts (rebalance.py); the last one, for the status
+        self.rebalancer = (rebalance.Rebalancer(policy.hosts, rebalance_after)
+                           if rebalance_after > 0 else None)
+        self.last_rebalance: dict | None = None
+        self._rebalance_serial = 0  # the migration a rebalance started
+        self._clock = now           # the latest tick's time (for the status)
 
     # ---- agents ----------------------------------------------------------
 
@@ -320,6 +329,8 @@ class CoordinatorMachine:
                                 + (f": LOST, {why}" if why else ""))]
         self.names.agent_left(agent_id)
         self.traffic.forget(agent.tree_id)
+        if self.rebalancer is not None:
+            self.rebalancer.forget(agent.tree_id)
         rnd = self.round
         if rnd is not None and rnd.migration is not None and agent_id not in rnd.participants:
             mig = rnd.migration
@@ -382,6 +393,10 @@ class CoordinatorMachine:
                 self.traffic.report(agent.tree_id, agent.host,
                                     [(f.local, f.peer, f.sent, f.received) for f in msg.flows],
                                     now)
+                return []
+            case Load():
+                if self.rebalancer is not None and self.round is None:
+                    self.rebalancer.report(agent.tree_id, agent.host, msg, now)
                 return []
             case Reached():
                 return self._reached(agent, msg, now)
@@ -568,8 +583,10 @@ class CoordinatorMachine:
         placement = migration.placement((self.agents[a].host for a in chosen), to)
         self._restart_serial += 1
         self.names.reset()  # the moved trees' connections meet through fresh names
+        # (not the trees told to end, such as a failed migration's new
+        # copies still going: they take no part in a round)
         rnd = Round(RoundKind.MIGRATE, self.generation + 1, State.SUSPENDED, now,
-                    participants=set(self.agents),
+                    participants={a for a, agent in self.agents.items() if not agent.dismissed},
                     migration=Migration(moving, placement, self._restart_serial))
         if client_id is not None:
             rnd.waiters.append(client_id)
@@ -790,6 +807,32 @@ class CoordinatorMachine:
                     msg, move=Move.STAY, reconnect=conns, hold=bool(conns))))
         return out
 
+    # ---- rebalancing (--rebalance; rebalance.py) ----------------------------------
+
+    def _rebalance(self, now: float) -> list:
+        """A host overloaded long enough: its slowed group moves, as a
+        migration the coordinator starts itself (no client waits)."""
+        rb = self.rebalancer
+        if rb is None or self.round is not None or self.recovery is not None or not self.agents:
+            return []
+        if any(a.dismissed or a.silent is not None for a in self.agents.values()):
+            return []  # a tree on its way out (a failed move's new copy): after it
+        trees = {a.tree_id: a.host for a in self.agents.values()
+                 if not a.dismissed and a.silent is None}
+        decision = rb.decide(now, trees, self.traffic.groups(now))
+        if decision is None:
+            return []
+        rb.started(now, left=decision.host if decision.to else "")
+        actions: list = [Notice(decision.describe())]
+        if not decision.to:
+            return actions
+        actions += self.migrate(None, decision.trees, now, to=decision.to)
+        if self.round is None or self.round.migration is None:
+            return actions + [Notice("rebalance: the migration did not start")]
+        self._rebalance_serial = self.round.migration.serial
+        self.last_rebalance = {**decision.as_json(), "ok": None, "error": None}
+        return actions
+
     def kill(self, client_id: int | None) -> list:
         kill = Kill()
         if self.recovery is not None:
@@ -843,6 +886,7 @@ class CoordinatorMachine:
     def tick(self, now: float) -> list:
         """Called periodically (several times per heartbeat): heartbeats,
         silent agents, a recovery's deadline, interval checkpoints."""
+        self._clock = now
         actions = self._heartbeats(now)
         actions += self._recovery_step(now)
         rec = self.recovery
@@ -851,6 +895,7 @@ class CoordinatorMachine:
             actions += self._restart_failed(
                 f"the restart did not finish within {self.policy.restart_timeout:g} s", now)
         actions += self._migration_timed_out(now)
+        actions += self._rebalance(now)
         if self.agents and self.auto_interval.begin(now) and self.interval_auto:
             # the computation runs from now (not from when the coordinator
             # started): its first checkpoint comes the start value later
@@ -903,7 +948,15 @@ class CoordinatorMachine:
             "replicas": self.policy.replicas,
             "replicated_trees": replication.fully_copied(self.complete.images, self.policy.replicas)
             if self.complete and self.policy.replicas else 0,
+            "rebalance": self._rebalance_status(),
         }
+
+    def _rebalance_status(self) -> dict | None:
+        rb = self.rebalancer
+        if rb is None:
+            return None
+        return {"after": rb.after, "overloaded": rb.overloaded(self._clock),
+                "last": self.last_rebalance}
 
     def listing(self) -> list[dict]:
         """The trees, as plain JSON for a reply: a process is
@@ -1129,6 +1182,9 @@ class CoordinatorMachine:
                         stopped=body["duration"])
         info = {**body, "ok": ok, "error": error}
         actions: list = []
+        if mig is not None and self.last_rebalance is not None \
+                and mig.serial == self._rebalance_serial:
+            self.last_rebalance.update(ok=ok, error=error, duration=body["duration"])
         if mig is not None:
             self.last_migration = info
             actions.append(Notice(f"migration of {len(mig.moving)} trees "

@@ -332,6 +332,28 @@ class Traffic(Message):
     flows: tuple[FlowInfo, ...] = ()
 
 
+# agent -> coordinator, with each traffic sample: how busy the CPUs the
+# tree may use are, and how much of them the tree had (coordinator/rebalance.py)
+@_message("load")
+@dataclass(frozen=True)
+class Load(Message):
+    interval: float = _at_least(0.0)  # seconds the figures are over
+    cpus: tuple[int, ...] = ()        # the CPUs the tree may run on (its affinity)
+    busy: float = _at_least(0.0, 0.0)      # busy CPUs among them, over the interval
+    tree_cpu: float = _at_least(0.0, 0.0)  # CPUs the tree's processes used
+    # the largest share of the interval a thread of the tree spent
+    # runnable but waiting for a CPU (schedstat run_delay)
+    wait: float = _at_least(0.0, 0.0)
+    # which kernel: hosts that share one (containers, namespaces) share
+    # their CPUs, and the computation's use of them is its own
+    kernel: str = ""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.cpus or any(c < 0 for c in self.cpus):
+            raise MessageError("load: cpus must name at least one CPU, none negative")
+
+
 # agent -> coordinator, before it leaves: how its tree ended
 @_message("tree_ended")
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import pytest
 from dmtcp_py.coordinator import restarter
 from dmtcp_py.fault_injection import hold_env
 from dmtcp_py.protocol.states import State
-from tests.e2e.harness import TIMEOUT, last_tick, tool, wait_for
+from tests.e2e.harness import TIMEOUT, last_tick, ticks, tool, wait_for
 from tests.e2e.test_bad_input import free_port
 from tests.e2e.test_network import last
 
@@ -248,3 +248,28 @@ def test_a_tree_without_a_pid_namespace_cannot_move_beside_itself(comp, programs
     wait_for(lambda: last_tick(out) > after + 3, what="the original to go on")
     assert _trees(comp)[tree]["agent_pid"] == proc.pid
     comp.kill_and_wait(proc)
+
+
+def test_a_moved_tree_moves_again_and_checkpoints_into_the_checkpoint_directory(
+        comp, programs, moved_output):
+    """A tree a migration restored goes on with the computation's checkpoint
+    directory, not with the directory of the image it was moved with (gone
+    once it is restored): it moves again, and its checkpoint lands there."""
+    launch, out = comp.launch(*programs["counter_single"], "100000", "20")
+    comp.wait_peers(1)
+    wait_for(lambda: len(ticks(out)) >= 10, what="the counter to tick")
+    [(tree, info)] = _trees(comp).items()
+    for _ in range(2):
+        body = json.loads(comp.command("--migrate", tree, "--to", info["host"], "--json").stdout)
+        assert body["moved"] == [tree], body
+    assert launch.wait(timeout=TIMEOUT) == 0, launch.err_path.read_text()
+    comp.command("-bc")
+    images = [p.name for p in comp.ckptdir.iterdir() if p.name.startswith("ckpt_")]
+    assert len(images) == 1, sorted(comp.ckptdir.iterdir())
+    assert not list(comp.ckptdir.rglob(".dmtcp-migration/*/.dmtcp-migration"))
+    seen = len(ticks(moved_output))
+    wait_for(lambda: len(ticks(moved_output)) > seen + 5, what="the moved counter to tick on")
+    rows = [int(r[1]) for r in ticks(moved_output) if r[0] == "tick"]
+    first = int(ticks(out)[-1][1])
+    assert rows[0] == first + 1 and rows == list(range(rows[0], rows[0] + len(rows))), rows[:5]
+    comp.command("-k")

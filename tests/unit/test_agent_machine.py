@@ -21,6 +21,7 @@ from dmtcp_py.agent.machine import (
     Publish,
     Rejoin,
     ReportPeers,
+    SampleLoad,
     SampleTraffic,
     Send,
     Step,
@@ -582,13 +583,13 @@ def test_no_heartbeats_without_a_coordinator_or_when_it_asks_for_none():
     assert _sends(m.tick(100.0, last_heard=0.0)) == []
 
 
-def test_traffic_is_sampled_every_few_seconds_while_the_tree_runs():
+def test_traffic_and_load_are_sampled_every_few_seconds_while_the_tree_runs():
     m = AgentMachine(Identity("t1", "prog"))
     assert m.tick(100.0, last_heard=0.0) == []  # not linked: nobody to tell
     m.welcomed(messages.Welcome(comp_id="c", agent_id=1))
-    assert m.tick(100.0, last_heard=100.0) == [SampleTraffic()]
+    assert m.tick(100.0, last_heard=100.0) == [SampleTraffic(), SampleLoad()]
     assert m.tick(100.0 + TRAFFIC_EVERY / 2, last_heard=100.0) == []
-    assert m.tick(100.0 + TRAFFIC_EVERY, last_heard=100.0) == [SampleTraffic()]
+    assert m.tick(100.0 + TRAFFIC_EVERY, last_heard=100.0) == [SampleTraffic(), SampleLoad()]
     m.running = False  # a round: the tree is stopped
     assert m.tick(100.0 + 3 * TRAFFIC_EVERY, last_heard=100.0) == []
 

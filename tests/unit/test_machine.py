@@ -826,7 +826,7 @@ def test_status_counts():
         "last_checkpoint": None, "last_migration": None, "auto_restart": False,
         "restarts": 0, "recovering": None,
         "last_failure": None, "time_lost": 0.0, "gave_up": None, "last_exit": None,
-        "replicas": 0, "replicated_trees": 0}
+        "replicas": 0, "replicated_trees": 0, "rebalance": None}
     sim.join(3)
     assert sim.send(1, peers(3)) == []
     sim.send(2, peers(2))

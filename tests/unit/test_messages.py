@@ -73,6 +73,7 @@ EXAMPLES: list[messages.Message] = [
     messages.Traffic(flows=(messages.FlowInfo(local="198.18.0.1:5000", peer="198.18.0.2:40000",
                                               sent=10, received=20),)),
     messages.Traffic(),
+    messages.Load(interval=5.0, cpus=(0, 1), busy=1.5, tree_cpu=0.5, wait=0.4, kernel="b00t"),
     Reached(state=State.SUSPENDED, ok=True),
     Reached(state=State.DRAINED, ok=False, error="drain failed", external=("tcp:a>tcp:b",),
             failed_conns=("a|b",)),

@@ -299,3 +299,25 @@ def test_a_held_tree_swaps_its_old_connections_back_when_the_migration_fails():
     sim.step(State.REFILLED)
     sim.step(State.RUNNING)
     assert not only_reply(sim.log, CLIENT).ok
+
+
+def test_a_failed_moves_new_copy_still_going_takes_no_part_in_the_next_round():
+    """Seen when --rebalance moved again soon after a failed move: the new
+    copy, told to end but not gone yet, was a participant of the next round
+    (and, restoring still, reported illegal transitions)."""
+    sim = Sim()
+    ring(sim)
+    migrate(sim, "t2")
+    drain_ring(sim)
+    gen = sim.m.round.generation
+    sim.report(1, State.CHECKPOINTED)
+    sim.report(2, State.CHECKPOINTED, image=image_of(2))
+    new, _ = sim.restart_join(comp_id=COMP, generation=gen, tree_id="t2", host="h9")
+    sim.report(new, State.CHECKPOINTED, ok=False, error="pid 5 is taken")
+    sim.report(3, State.CHECKPOINTED, ok=False, error="called off")
+    sim.step(State.REFILLED)
+    sim.step(State.RUNNING)
+    assert sim.m.round is None and new in sim.m.agents  # (its agent has not left yet)
+    actions = sim._record(sim.m.migrate(None, ("t3",), sim.now, to="h8"))
+    assert sorted(b.agent_id for b in sent(actions, Barrier)) == [1, 2, 3]
+    assert sim.m.round.participants == {1, 2, 3}
