@@ -655,7 +655,7 @@ class Network:
                 await loop.sock_connect(sock, "\0" + where[1:])
             else:
                 host, port = where.rsplit("|", 1)
-                await loop.sock_connect(sock, (host, int(port)))
+                await loop.sock_connect(sock, (_in_family(family, host), int(port)))
             await loop.sock_sendall(sock, _tag(conn))
             sock.setblocking(True)
             return sock
@@ -684,6 +684,15 @@ def _reach(family: int, ip: str) -> str:
     if family == socket.AF_INET6 and ":" not in ip:
         return "::ffff:" + ip
     return ip
+
+
+def _in_family(family: int, ip: str) -> str:
+    """The peer's published address as a socket of our family reaches it:
+    the two ends of one connection may differ (a dual-stack IPv6 socket
+    talking to an IPv4 one), and so may their meeting point."""
+    if family == socket.AF_INET and ip.lower().startswith("::ffff:") and "." in ip:
+        return ip[len("::ffff:"):]
+    return _reach(family, ip)
 
 
 def _is_here(family: int, ip: str) -> bool:

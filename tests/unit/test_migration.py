@@ -2,8 +2,11 @@
 coordinator machine's migration round, driven in memory."""
 from __future__ import annotations
 
+import socket
+
 import pytest
 
+from dmtcp_py.agent.network import _in_family
 from dmtcp_py.coordinator import migration
 from dmtcp_py.coordinator.machine import MoveTrees, Notice, RoundKind
 from dmtcp_py.coordinator.migration import MigrationError, TreeRef
@@ -321,3 +324,12 @@ def test_a_failed_moves_new_copy_still_going_takes_no_part_in_the_next_round():
     actions = sim._record(sim.m.migrate(None, ("t3",), sim.now, to="h8"))
     assert sorted(b.agent_id for b in sent(actions, Barrier)) == [1, 2, 3]
     assert sim.m.round.participants == {1, 2, 3}
+
+
+def test_a_meeting_point_is_reached_in_the_connecting_sockets_family():
+    """The two ends of one connection may be of two families (a dual-stack
+    IPv6 socket and an IPv4 one): the published address is translated."""
+    assert _in_family(socket.AF_INET6, "198.18.0.3") == "::ffff:198.18.0.3"
+    assert _in_family(socket.AF_INET, "::ffff:198.18.0.3") == "198.18.0.3"
+    assert _in_family(socket.AF_INET, "198.18.0.3") == "198.18.0.3"
+    assert _in_family(socket.AF_INET6, "::1") == "::1"
