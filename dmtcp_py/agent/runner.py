@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from dmtcp_py.agent import machine as am
-from dmtcp_py.agent import init_dir, start, tcpstats
+from dmtcp_py.agent import init_dir, records, start, tcpstats
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.link import CoordinatorLink
 from dmtcp_py.agent.network import Network
@@ -76,10 +76,10 @@ class Agent:
                               on_program_ended=self.tree.program_ended)
         self.tree.on_killed = lambda pid, signum, core: self._process_killed(
             pid, signum, core, self.shims.name_of(pid))
-        self.peers = PeersReport(self.shims, self.link.send)
         self.net = Network(self.shims, self.link.send)
         self.work = TreeWork(cfg, shims=self.shims, net=self.net, tree=self.tree,
                              send=self.link.send)
+        self.peers = PeersReport(self.work.members, self.link.send)
         self.busy = asyncio.Lock()  # one barrier's work at a time, in order
         self.relays: list = []
         self._verdict = asyncio.Event()  # a Publish or Discard was carried out
@@ -87,6 +87,13 @@ class Agent:
         self._finishing: set[asyncio.Task] = set()  # images being published or dropped
         self._follower: asyncio.Task | None = None
         self.replicas: ReplicaServer | None = None
+
+    async def _tell_shims(self, record: int, arg: int) -> None:
+        """A record for every process; FATE 1 also for those that have not
+        connected: woken, they hear it with their hello."""
+        if record == records.FATE and arg:
+            await self.work.bring_in()
+        await self.shims.tell_all(record, arg)
 
     # ---- entry -----------------------------------------------------------------
 
@@ -105,6 +112,7 @@ class Agent:
         # find their peers through its names
         self._follower = asyncio.create_task(self._follow())
         self._spawn(self._beat())
+        self._spawn(self.peers.watch())
         loop.call_later(WARM_UP_AFTER, import_checkpoint_modules)
         if self.cfg.manifest is None:
             start.launch(self.cfg, self.tree, self.shims.address)
@@ -264,7 +272,7 @@ class Agent:
                 self._verdict.set()
                 self._spawn(self.work.discard(pending), finishing=True)
             case am.TellShims(record, arg):
-                self._spawn(self.shims.tell_all(record, arg))
+                self._spawn(self._tell_shims(record, arg))
             case am.GiveBack(expect_pids, resume_arg):
                 log.warning("checkpoint abandoned without its coordinator: the program goes on")
                 await self.work.give_back(expect_pids, resume_arg)

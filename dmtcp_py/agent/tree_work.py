@@ -17,7 +17,7 @@ from typing import Callable
 import psutil
 
 from dmtcp_py import fault_injection, logs, procfs
-from dmtcp_py.agent import criu_driver, init_dir, records, stdio, sysv
+from dmtcp_py.agent import criu_driver, init_dir, records, stdio, sysv, wake
 from dmtcp_py.agent import tree as tree_mod
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.machine import Step, Work, WorkResult
@@ -33,6 +33,10 @@ from dmtcp_py.protocol.states import State
 log = logging.getLogger("agent")
 
 SHIM_TIMEOUT = 10.0    # a process that does not answer its agent in this time is stuck
+WAKE_AGAIN = 0.05      # seconds between wake-ups of a process that has not connected
+# rounds of wake-up and suspension: a process forked as the tree stopped
+# is woken by the next (its parent is stopped by then)
+SUSPEND_PASSES = 5
 PROGRESS_EVERY = 0.25  # seconds between progress reports while CRIU writes
 
 
@@ -44,6 +48,7 @@ class TreeWork:
         self.relays: list[stdio.FileRelay] = []  # a restored tree's stdio (start.restore)
         self._send = send
         self._sysv_told = False
+        self._signum = wake.reserved_signal()
 
     async def carry_out(self, step: Step) -> WorkResult:
         """One barrier's work; a bug of ours never leaves the tree stopped."""
@@ -55,8 +60,38 @@ class TreeWork:
 
     # ---- the phases of a round ----------------------------------------------------
 
+    def unconnected(self) -> list[int]:
+        """The tree's processes whose shim has not connected (yet)."""
+        connected = set(self.shims.pids())
+        return [p.pid for p in self.tree.processes() if p.pid not in connected]
+
+    def members(self) -> list[int]:
+        """The tree's processes that run the shim, connected or not."""
+        connected = set(self.shims.pids())
+        return sorted(connected | {p for p in self.unconnected()
+                                   if wake.handles(p, self._signum)})
+
+    async def bring_in(self, timeout: float = SHIM_TIMEOUT) -> None:
+        """Every process of the tree that runs the shim connects: woken,
+        and woken again until it does (one may be in its exec, or in a
+        fork that holds it off), or until it ends."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            sent = wake.wake(self.unconnected(), self._signum)
+            if not sent:
+                return
+            if loop.time() >= deadline:
+                log.warning("processes %s did not connect when woken", sorted(sent))
+                return
+            await self.shims.wait_for(set(sent), WAKE_AGAIN)
+
     async def _suspend(self, step: Step) -> WorkResult:
-        stuck = await self.shims.request_all(records.SUSPEND, records.SUSPENDED, SHIM_TIMEOUT)
+        for _ in range(SUSPEND_PASSES):
+            await self.bring_in()
+            stuck = await self.shims.request_all(records.SUSPEND, records.SUSPENDED, SHIM_TIMEOUT)
+            if stuck or not wake.wake(self.unconnected(), self._signum):
+                break
         await fault_injection.hold(State.SUSPENDED)
         return WorkResult(error=f"processes {stuck} did not answer the suspend request"
                           if stuck else None)

@@ -92,6 +92,10 @@
 #define DMTCP_ENV_AGENT_SOCK "DMTCP_AGENT_SOCK"
 /* Environment: the reserved signal's number, if not the default. */
 #define DMTCP_ENV_SIGCKPT "DMTCP_SIGCKPT"
+/* Environment: "1" when FATE 1 is in force (the shim passes it on at
+ * exec, so that the new program connects at once: it must hear its agent
+ * go). */
+#define DMTCP_ENV_FATE "DMTCP_FATE"
 
 enum dmtcp_record_type {
     DMTCP_REC_HELLO = 1,
