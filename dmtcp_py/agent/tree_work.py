@@ -34,6 +34,9 @@ log = logging.getLogger("agent")
 
 SHIM_TIMEOUT = 10.0    # a process that does not answer its agent in this time is stuck
 WAKE_AGAIN = 0.05      # seconds between wake-ups of a process that has not connected
+# how long a round waits for a process in its exec (the new program's shim
+# handles the signal soon) before it takes it for a program without the shim
+EXEC_GRACE = 0.5
 # rounds of wake-up and suspension: a process forked as the tree stopped
 # is woken by the next (its parent is stopped by then)
 SUSPEND_PASSES = 5
@@ -71,26 +74,44 @@ class TreeWork:
         return sorted(connected | {p for p in self.unconnected()
                                    if wake.handles(p, self._signum)})
 
-    async def bring_in(self, timeout: float = SHIM_TIMEOUT) -> None:
+    def _left_out(self, exec_deadline: float) -> tuple[list[int], list[int]]:
+        """The unconnected processes that run the shim, and (until
+        exec_deadline) those in their exec."""
+        unconnected = self.unconnected()
+        running = [p for p in unconnected if wake.handles(p, self._signum)]
+        execing = ([p for p in unconnected if wake.in_exec(p, self._signum)]
+                   if asyncio.get_running_loop().time() < exec_deadline else [])
+        return running, execing
+
+    async def bring_in(self, timeout: float = SHIM_TIMEOUT,
+                       exec_deadline: float | None = None) -> None:
         """Every process of the tree that runs the shim connects: woken,
-        and woken again until it does (one may be in its exec, or in a
-        fork that holds it off), or until it ends."""
+        and woken again until it does (one may be in a fork that holds it
+        off), or until it ends; one in its exec is waited for until
+        exec_deadline (default: EXEC_GRACE from now)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        if exec_deadline is None:
+            exec_deadline = loop.time() + EXEC_GRACE
         while True:
-            sent = wake.wake(self.unconnected(), self._signum)
-            if not sent:
+            running, execing = self._left_out(exec_deadline)
+            sent = wake.wake(running, self._signum)
+            if not sent and not execing:
                 return
             if loop.time() >= deadline:
-                log.warning("processes %s did not connect when woken", sorted(sent))
+                log.warning("processes %s did not connect when woken", sorted(sent + execing))
                 return
-            await self.shims.wait_for(set(sent), WAKE_AGAIN)
+            await self.shims.wait_for(set(sent + execing), WAKE_AGAIN)
 
     async def _suspend(self, step: Step) -> WorkResult:
+        """Every process connected, then stopped; those forked or exec'd
+        meanwhile are woken by the next pass (their parents are stopped
+        by then, so the passes end)."""
+        exec_deadline = asyncio.get_running_loop().time() + EXEC_GRACE
         for _ in range(SUSPEND_PASSES):
-            await self.bring_in()
+            await self.bring_in(exec_deadline=exec_deadline)
             stuck = await self.shims.request_all(records.SUSPEND, records.SUSPENDED, SHIM_TIMEOUT)
-            if stuck or not wake.wake(self.unconnected(), self._signum):
+            if stuck or self._left_out(exec_deadline) == ([], []):
                 break
         await fault_injection.hold(State.SUSPENDED)
         return WorkResult(error=f"processes {stuck} did not answer the suspend request"

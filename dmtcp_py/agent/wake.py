@@ -25,18 +25,29 @@ def reserved_signal(env: dict[str, str] | os._Environ = os.environ) -> int:
     return signal.SIGRTMAX - 2
 
 
-def handles(pid: int, signum: int) -> bool:
-    """Whether the process catches signum now (its shim is in place)."""
-    status = procfs.read(f"/proc/{pid}/status")
-    if status is None:
-        return False
+def _mask(status: str, field: str, signum: int) -> bool:
     for line in status.splitlines():
-        if line.startswith("SigCgt:"):
+        if line.startswith(field):
             try:
                 return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
             except (IndexError, ValueError):
                 return False
     return False
+
+
+def handles(pid: int, signum: int) -> bool:
+    """Whether the process catches signum now (its shim is in place)."""
+    status = procfs.read(f"/proc/{pid}/status")
+    return status is not None and _mask(status, "SigCgt:", signum)
+
+
+def in_exec(pid: int, signum: int) -> bool:
+    """Whether the process blocks signum without catching it: between its
+    shim's exec (or spawn) and the new program's shim, or a program
+    without the shim that an exec of the tree gave the blocked signal."""
+    status = procfs.read(f"/proc/{pid}/status")
+    return (status is not None and not _mask(status, "SigCgt:", signum)
+            and _mask(status, "SigBlk:", signum))
 
 
 def wake(pids: list[int], signum: int) -> list[int]:

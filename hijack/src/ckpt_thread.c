@@ -64,14 +64,20 @@ static void release_threads(void)
     resume_all();
 }
 
-static int connect_with_backoff(void)
+/* Connect, retrying while the agent dumps or restores us; the fd.
+ * give_up: after releasing an orphaned suspension, return -1 (a program
+ * thread serving from a signal goes back to the program then). */
+static int connect_with_backoff(int give_up)
 {
     long waited = 0, step = 1;
     int fd;
 
     for (;;) {
-        if (suspend_active() && waited >= ORPHANED_SUSPEND_MS)
+        if (suspend_active() && waited >= ORPHANED_SUSPEND_MS) {
             release_threads();
+            if (give_up)
+                return -1;
+        }
         if (agent_lost && die_with_agent && waited >= DMTCP_FATE_GRACE_MS)
             end_orphaned_process();
         pthread_mutex_lock(&conn_lock);
@@ -286,8 +292,10 @@ static int connect_now(void)
  * ends the process if it was told to and none comes). */
 static int reconnect(void)
 {
-    int fd = connect_with_backoff();
+    int fd = connect_with_backoff(1);
 
+    if (fd < 0)
+        return -1;
     make_async(fd);
     if (say_hello(fd) < 0) {
         drop_lost(fd);
@@ -396,7 +404,7 @@ static void *ckpt_thread_main(void *unused)
         serve(fd, 0);
     }
     for (;;)
-        serve(connect_with_backoff(), 1);
+        serve(connect_with_backoff(0), 1);
     return NULL;
 }
 
