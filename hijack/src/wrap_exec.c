@@ -9,7 +9,8 @@
  * allocator locks; new environment arrays live on the stack.
  */
 #define _GNU_SOURCE
-#include <dlfcn.h>
+#include <link.h>
+#include <stdint.h>
 #include <errno.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -45,10 +46,31 @@ static int dies_with_agent(void)
     return fate_on_now && fate_on_now();
 }
 
+/* Our library's path: the loaded object whose segments hold this code
+ * (dladdr would also look for the nearest symbol, through the whole
+ * symbol table, at every program's start). */
+static int find_self(struct dl_phdr_info *info, size_t size, void *unused)
+{
+    uintptr_t here = (uintptr_t)find_self;
+
+    (void)size;
+    (void)unused;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t start = (uintptr_t)info->dlpi_addr + ph->p_vaddr;
+
+        if (ph->p_type == PT_LOAD && here >= start && here - start < ph->p_memsz) {
+            if (info->dlpi_name && info->dlpi_name[0])
+                snprintf(preload_value, sizeof(preload_value), "%s", info->dlpi_name);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 void exec_env_capture(int (*fate)(void))
 {
     fate_on_now = fate;
-    Dl_info info;
 
     for (size_t i = 0; i < sizeof(kept_names) / sizeof(kept_names[0]) && n_kept < KEPT; i++) {
         const char *v = getenv(kept_names[i]);
@@ -56,8 +78,7 @@ void exec_env_capture(int (*fate)(void))
                      < sizeof(kept[0]))
             n_kept++;
     }
-    if (dladdr((void *)exec_env_capture, &info) && info.dli_fname)
-        snprintf(preload_value, sizeof(preload_value), "%s", info.dli_fname);
+    dl_iterate_phdr(find_self, NULL);
     if (getenv("DMTCP_SSH_WRAPPER"))
         snprintf(ssh_wrapper, sizeof(ssh_wrapper), "%s", getenv("DMTCP_SSH_WRAPPER"));
     if (getenv("DMTCP_SRUN_WRAPPER"))
