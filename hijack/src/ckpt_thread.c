@@ -371,7 +371,8 @@ static void link_on_signal(int code)
 /* This thread let the gate go: serve what came meanwhile. */
 static void link_after_gate(void)
 {
-    if (__atomic_exchange_n(&link_owed, 0, __ATOMIC_ACQ_REL))
+    if (__atomic_load_n(&link_owed, __ATOMIC_ACQUIRE)
+        && __atomic_exchange_n(&link_owed, 0, __ATOMIC_ACQ_REL))
         syscall(SYS_tgkill, own_pid, (pid_t)syscall(SYS_gettid), suspend_signal());
 }
 
