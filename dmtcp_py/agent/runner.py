@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 from dmtcp_py.agent import machine as am
-from dmtcp_py.agent import init_dir, records, start, tcpstats
+from dmtcp_py.agent import init_dir, start, tcpstats
+from dmtcp_py.agent import records
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.link import CoordinatorLink
 from dmtcp_py.agent.network import Network
@@ -76,10 +77,10 @@ class Agent:
                               on_program_ended=self.tree.program_ended)
         self.tree.on_killed = lambda pid, signum, core: self._process_killed(
             pid, signum, core, self.shims.name_of(pid))
+        self.peers = PeersReport(lambda: self.work.members(), self.link.send)
         self.net = Network(self.shims, self.link.send)
         self.work = TreeWork(cfg, shims=self.shims, net=self.net, tree=self.tree,
                              send=self.link.send)
-        self.peers = PeersReport(self.work.members, self.link.send)
         self.busy = asyncio.Lock()  # one barrier's work at a time, in order
         self.relays: list = []
         self._verdict = asyncio.Event()  # a Publish or Discard was carried out

@@ -51,7 +51,6 @@ class TreeWork:
         self.relays: list[stdio.FileRelay] = []  # a restored tree's stdio (start.restore)
         self._send = send
         self._sysv_told = False
-        self._signum = wake.reserved_signal()
 
     async def carry_out(self, step: Step) -> WorkResult:
         """One barrier's work; a bug of ours never leaves the tree stopped."""
@@ -62,6 +61,9 @@ class TreeWork:
             return WorkResult(error=f"internal error: {exc!r} (see {logs.current()})")
 
     # ---- the phases of a round ----------------------------------------------------
+
+    # the shim's reserved signal, the agent's wake-up (wake.py)
+    _signum = wake.reserved_signal()
 
     def unconnected(self) -> list[int]:
         """The tree's processes whose shim has not connected (yet)."""
