@@ -17,11 +17,11 @@ from pathlib import Path
 
 from dmtcp_py.agent import machine as am
 from dmtcp_py.agent import init_dir, start, tcpstats
-from dmtcp_py.agent import records
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.link import CoordinatorLink
 from dmtcp_py.agent.network import Network
 from dmtcp_py.agent.peers import PeersReport
+from dmtcp_py.agent.records import FATE
 from dmtcp_py.agent.replicas import ReplicaServer, send_copy
 from dmtcp_py.agent.shimlink import ShimLink
 from dmtcp_py.agent.tree import Tree, become_subreaper
@@ -92,7 +92,7 @@ class Agent:
     async def _tell_shims(self, record: int, arg: int) -> None:
         """A record for every process; FATE 1 also for those that have not
         connected: woken, they hear it with their hello."""
-        if record == records.FATE and arg:
+        if record == FATE and arg:
             await self.work.bring_in()
         await self.shims.tell_all(record, arg)
 
