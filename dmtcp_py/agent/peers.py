@@ -6,7 +6,7 @@ from typing import Callable
 
 import psutil
 
-from dmtcp_py.agent.shimlink import ShimLink
+from dmtcp_py import procfs
 from dmtcp_py.protocol import messages
 
 # The coordinator hears of the tree's processes at most this often: a
@@ -14,6 +14,9 @@ from dmtcp_py.protocol import messages
 # connections per child, and describing every process and telling the
 # coordinator each time cost more than the fork itself.
 REPORT_DELAY = 0.05
+# processes connect to their agent only at a checkpoint: the tree is
+# looked at this often for processes come and gone
+WATCH_EVERY = 0.5
 
 # where Open MPI, PMIx and MPICH's Hydra tell a process its rank
 _RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
@@ -41,24 +44,44 @@ def mpi_rank(proc: psutil.Process) -> int | None:
 
 
 class PeersReport:
-    """Reports the processes once a burst of changes is over."""
-
-    def __init__(self, shims: ShimLink, send: Callable[[messages.Message], None]) -> None:
-        self._shims = shims
+    """Reports the processes that run the shim (members: their pids, from
+    the tree), once a burst of changes is over."""
+    def __init__(self, members: Callable[[], list[int]],
+                 send: Callable[[messages.Message], None]) -> None:
+        self._members = members
         self._send = send
         self._due: asyncio.TimerHandle | None = None
+        # pid -> (its command name, its label): a process that execs is
+        # described again
+        self._labels: dict[int, tuple[str, messages.ProcInfo]] = {}
+        self._last: tuple[messages.ProcInfo, ...] | None = None
 
     def changed(self) -> None:
         if self._due is None:
-            self._due = asyncio.get_running_loop().call_later(REPORT_DELAY, self.now)
+            self._due = asyncio.get_running_loop().call_later(REPORT_DELAY, self.now, False)
 
-    def now(self) -> None:
+    async def watch(self) -> None:
+        """Report again whenever the processes changed."""
+        while True:
+            await asyncio.sleep(WATCH_EVERY)
+            self.changed()
+
+    def _label(self, pid: int) -> messages.ProcInfo:
+        comm = procfs.read(f"/proc/{pid}/comm") or ""
+        known = self._labels.get(pid)
+        if known is None or known[0] != comm:
+            known = self._labels[pid] = (comm, describe(pid))
+        return known[1]
+
+    def now(self, force: bool = True) -> None:
         if self._due is not None:
             self._due.cancel()
             self._due = None
-        procs = []
-        for shim in sorted(self._shims.shims, key=lambda s: s.pid):
-            if shim.label is None:  # once per connection: a process that execs connects anew
-                shim.label = describe(shim.pid)
-            procs.append(shim.label)
-        self._send(messages.Peers(procs=tuple(procs)))
+        pids = self._members()
+        for gone in self._labels.keys() - set(pids):
+            del self._labels[gone]
+        procs = tuple(self._label(pid) for pid in pids)
+        if procs == self._last and not force:
+            return
+        self._last = procs
+        self._send(messages.Peers(procs=procs))

@@ -22,6 +22,7 @@ from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.link import CoordinatorLink
 from dmtcp_py.agent.network import Network
 from dmtcp_py.agent.peers import PeersReport
+from dmtcp_py.agent.records import FATE
 from dmtcp_py.agent.replicas import ReplicaServer, send_copy
 from dmtcp_py.agent.shimlink import ShimLink
 from dmtcp_py.agent.spawn import become_subreaper
@@ -83,7 +84,7 @@ class Agent:
                               on_program_ended=self.tree.program_ended)
         self.tree.on_killed = lambda pid, signum, core: self._process_killed(
             pid, signum, core, self.shims.name_of(pid))
-        self.peers = PeersReport(self.shims, self.link.send)
+        self.peers = PeersReport(lambda: self.work.members(), self.link.send)
         self.net = Network(self.shims, self.link.send)
         self.work = TreeWork(cfg, shims=self.shims, net=self.net, tree=self.tree,
                              send=self.link.send, reach_ip=lambda: self.link.local_ip)
@@ -95,6 +96,13 @@ class Agent:
         self._follower: asyncio.Task | None = None
         self.replicas: ReplicaServer | None = None
         self.load = hostload.LoadSampler()  # --rebalance: deltas between samples
+
+    async def _tell_shims(self, record: int, arg: int) -> None:
+        """A record for every process; FATE 1 also for those that have not
+        connected: woken, they hear it with their hello."""
+        if record == FATE and arg:
+            await self.work.bring_in()
+        await self.shims.tell_all(record, arg)
 
     # ---- entry -----------------------------------------------------------------
 
@@ -121,6 +129,7 @@ class Agent:
         # find their peers through its names
         self._follower = asyncio.create_task(self._follow())
         self._spawn(self._beat())
+        self._spawn(self.peers.watch())
         loop.call_later(WARM_UP_AFTER, import_checkpoint_modules)
         if self.started is not None:
             # the shims' hellos (and a dmtcp_checkpoint()) queued meanwhile
@@ -326,7 +335,7 @@ class Agent:
                 self._verdict.set()
                 self._spawn(self.work.discard(pending), finishing=True)
             case am.TellShims(record, arg):
-                self._spawn(self.shims.tell_all(record, arg))
+                self._spawn(self._tell_shims(record, arg))
             case am.GiveBack(expect_pids, resume_arg):
                 log.warning("checkpoint abandoned without its coordinator: the program goes on")
                 await self.work.give_back(expect_pids, resume_arg)

@@ -19,7 +19,7 @@ from typing import Callable
 import psutil
 
 from dmtcp_py import fault_injection, logs, procfs
-from dmtcp_py.agent import criu_driver, init_dir, records, stdio, sysv
+from dmtcp_py.agent import criu_driver, init_dir, records, stdio, sysv, wake
 from dmtcp_py.agent import tree as tree_mod
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.machine import Step, Work, WorkResult
@@ -35,6 +35,13 @@ from dmtcp_py.protocol.states import State
 log = logging.getLogger("agent")
 
 SHIM_TIMEOUT = 10.0    # a process that does not answer its agent in this time is stuck
+WAKE_AGAIN = 0.05      # seconds between wake-ups of a process that has not connected
+# how long a round waits for a process in its exec (the new program's shim
+# handles the signal soon) before it takes it for a program without the shim
+EXEC_GRACE = 0.5
+# rounds of wake-up and suspension: a process forked as the tree stopped
+# is woken by the next (its parent is stopped by then)
+SUSPEND_PASSES = 5
 PROGRESS_EVERY = 0.25  # seconds between progress reports while CRIU writes
 
 
@@ -60,8 +67,59 @@ class TreeWork:
 
     # ---- the phases of a round ----------------------------------------------------
 
+    # the shim's reserved signal, the agent's wake-up (wake.py)
+    _signum = wake.reserved_signal()
+
+    def unconnected(self) -> list[int]:
+        """The tree's processes whose shim has not connected (yet)."""
+        connected = set(self.shims.pids())
+        return [p.pid for p in self.tree.processes() if p.pid not in connected]
+
+    def members(self) -> list[int]:
+        """The tree's processes that run the shim, connected or not."""
+        connected = set(self.shims.pids())
+        return sorted(connected | {p for p in self.unconnected()
+                                   if wake.handles(p, self._signum)})
+
+    def _left_out(self, exec_deadline: float) -> tuple[list[int], list[int]]:
+        """The unconnected processes that run the shim, and (until
+        exec_deadline) those in their exec."""
+        unconnected = self.unconnected()
+        running = [p for p in unconnected if wake.handles(p, self._signum)]
+        execing = ([p for p in unconnected if wake.in_exec(p, self._signum)]
+                   if asyncio.get_running_loop().time() < exec_deadline else [])
+        return running, execing
+
+    async def bring_in(self, timeout: float = SHIM_TIMEOUT,
+                       exec_deadline: float | None = None) -> None:
+        """Every process of the tree that runs the shim connects: woken,
+        and woken again until it does (one may be in a fork that holds it
+        off), or until it ends; one in its exec is waited for until
+        exec_deadline (default: EXEC_GRACE from now)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        if exec_deadline is None:
+            exec_deadline = loop.time() + EXEC_GRACE
+        while True:
+            running, execing = self._left_out(exec_deadline)
+            sent = wake.wake(running, self._signum)
+            if not sent and not execing:
+                return
+            if loop.time() >= deadline:
+                log.warning("processes %s did not connect when woken", sorted(sent + execing))
+                return
+            await self.shims.wait_for(set(sent + execing), WAKE_AGAIN)
+
     async def _suspend(self, step: Step) -> WorkResult:
-        stuck = await self.shims.request_all(records.SUSPEND, records.SUSPENDED, SHIM_TIMEOUT)
+        """Every process connected, then stopped; those forked or exec'd
+        meanwhile are woken by the next pass (their parents are stopped
+        by then, so the passes end)."""
+        exec_deadline = asyncio.get_running_loop().time() + EXEC_GRACE
+        for _ in range(SUSPEND_PASSES):
+            await self.bring_in(exec_deadline=exec_deadline)
+            stuck = await self.shims.request_all(records.SUSPEND, records.SUSPENDED, SHIM_TIMEOUT)
+            if stuck or self._left_out(exec_deadline) == ([], []):
+                break
         await fault_injection.hold(State.SUSPENDED)
         return WorkResult(error=f"processes {stuck} did not answer the suspend request"
                           if stuck else None)

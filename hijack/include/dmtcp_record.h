@@ -3,6 +3,13 @@
  * over a Unix stream socket.  Fixed size, native byte order (both ends are
  * on the same host), so neither side needs a parser.
  *
+ * A process connects when its agent wakes it: the reserved signal sent
+ * by kill() (SI_USER), at the start of every round and when FATE 1 comes
+ * into force; one that must hear its agent go (FATE 1), or that uses the
+ * API, connects at once.  While connected, the agent's writes signal the
+ * process (O_ASYNC, F_SETSIG with the same signal) when no checkpoint
+ * thread serves the link (hijack/src/ckpt_thread.c).
+ *
  * Conversation, as the agent drives it:
  *   shim  -> HELLO            after every (re)connect
  *   agent -> SUSPEND          shim stops every other thread of its process
@@ -92,6 +99,10 @@
 #define DMTCP_ENV_AGENT_SOCK "DMTCP_AGENT_SOCK"
 /* Environment: the reserved signal's number, if not the default. */
 #define DMTCP_ENV_SIGCKPT "DMTCP_SIGCKPT"
+/* Environment: "1" when FATE 1 is in force (the shim passes it on at
+ * exec, so that the new program connects at once: it must hear its agent
+ * go). */
+#define DMTCP_ENV_FATE "DMTCP_FATE"
 
 enum dmtcp_record_type {
     DMTCP_REC_HELLO = 1,

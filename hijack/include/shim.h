@@ -33,8 +33,7 @@ void channel_after_fork_child(void);           /* drop a channel_tell's copy */
 int channel_agent_fd(void);         /* this process's connection, or -1 */
 void channel_set_agent_fd(int fd);  /* the checkpoint thread, as it (dis)connects */
 
-/* ckpt_thread.c */
-void ckpt_thread_start(void);
+/* ckpt_thread.c: the link, served from the reserved signal or by a thread */
 
 /* pause.c */
 void pause_ms(long ms); /* a sleep that a dump or restore does not cut short */
@@ -139,17 +138,18 @@ void mqueue_resume(void);   /* every queue is back: notifications, unlinks */
 void mqueue_note_notify(mqd_t fd, const struct sigevent *sev); /* mq_notify succeeded */
 
 /* api.c: DMTCP's public API; what the checkpoint thread tells it. */
-void api_init(void);
+void api_init(void (*start_thread)(void)); /* called when the API is used */
 void api_before_checkpoint(void);
 void api_after_resume(uint64_t arg);
 void api_generation_done(uint64_t arg);
 
 /* wrap_exec.c: remember the shim's environment (constructor). */
-void exec_env_capture(void);
+void exec_env_capture(int (*fate)(void)); /* fate: whether FATE 1 is in force */
 
 /* suspend.c: stopping and releasing the program's threads. */
 int suspend_signal(void);            /* the reserved signal */
-void suspend_init(void);             /* install the handler (constructor) */
+void suspend_init(void (*on_signal)(int si_code), /* the link, from the handler */
+                  void (*after_gate)(void));       /* a thread let the gate go */
 int suspend_all(void);               /* returns threads that would not stop */
 void resume_all(void);
 int suspend_active(void);
@@ -158,6 +158,7 @@ unsigned suspend_interruptions(void); /* this thread's calls that our signal mad
 void gate_enter(void);               /* around thread creation and fork */
 void gate_leave(void);
 void gate_after_fork_child(void);
+int gate_held(void);                 /* by this thread */
 
 /* procdir.c: call fn for every numeric entry of a /proc directory
  * (except the fd used to read it); raw system calls only. */

@@ -20,10 +20,21 @@ static atomic_int generation, checkpoints, restarts, disabled;
 static atomic_int done_gen, failed_gen; /* last generations the agent said complete, failed */
 static DmtcpFunctionPointer hook_pre, hook_post, hook_restart;
 
-void api_init(void)
+/* what makes the process a checkpoint thread (ckpt_thread.c, which
+ * drives this unit: passed, not called by name) */
+static void (*wants_thread)(void);
+
+static void thread_wanted(void)
+{
+    if (wants_thread)
+        wants_thread();
+}
+
+void api_init(void (*start_thread)(void))
 {
     const char *dir = getenv("DMTCP_CHECKPOINT_DIR");
 
+    wants_thread = start_thread;
     enabled = 1;
     if (dir)
         strncpy(ckpt_dir, dir, sizeof(ckpt_dir) - 1);
@@ -99,8 +110,11 @@ SHIM_EXPORT int dmtcp_get_local_status(int *num_checkpoints, int *num_restarts)
     return enabled ? 0 : -1;
 }
 
+/* A program that uses the API gets a checkpoint thread (its hooks and
+ * critical sections must not be waited for inside a signal handler). */
 SHIM_EXPORT int dmtcp_disable_ckpt(void)
 {
+    thread_wanted();
     atomic_fetch_add(&disabled, 1);
     return 0;
 }
@@ -115,6 +129,7 @@ SHIM_EXPORT int dmtcp_enable_ckpt(void)
 SHIM_EXPORT int dmtcp_install_hooks(DmtcpFunctionPointer pre, DmtcpFunctionPointer post,
                                     DmtcpFunctionPointer restart)
 {
+    thread_wanted();
     hook_pre = pre;
     hook_post = post;
     hook_restart = restart;
@@ -130,6 +145,7 @@ SHIM_EXPORT int dmtcp_checkpoint(void)
 
     if (!enabled)
         return DMTCP_NOT_PRESENT;
+    thread_wanted();
     /* a short connection of its own: the agent answers, then sees it
      * closed, and only then asks the coordinator, so that it never leads
      * outside the tree during the dump */

@@ -35,14 +35,20 @@ void channel_set_agent_fd(int fd)
     agent_fd = fd;
 }
 
+/* Checked without the PID namespace's number, which the address gets at
+ * each connect: reading /proc/self/ns/pid at every program's start cost
+ * a fork+exec loop more than the rest of the start-up.  Room is left for
+ * the longest number. */
 int channel_set_address(const char *env_value)
 {
-    struct sockaddr_un addr;
-    socklen_t len;
+    size_t n;
 
-    if (dmtcp_agent_addr(env_value, &addr, &len) < 0 || strlen(env_value) >= sizeof(agent_env))
+    if (env_value == NULL || env_value[0] == '\0')
         return -1;
-    memcpy(agent_env, env_value, strlen(env_value) + 1);
+    n = strlen(env_value);
+    if (n >= sizeof(agent_env) || n + 1 + 20 + 1 >= sizeof(((struct sockaddr_un *)0)->sun_path))
+        return -1;
+    memcpy(agent_env, env_value, n + 1);
     return 0;
 }
 

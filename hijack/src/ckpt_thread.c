@@ -1,15 +1,21 @@
 /*
- * One checkpoint thread per process.  It connects to the agent, says hello,
+ * The link to the agent: served from the reserved signal in a process
+ * that has no checkpoint thread (see link_on_signal), or by a checkpoint
+ * thread.  Either connects to the agent, says hello,
  * and obeys.  On CHECKPOINT it answers READY, drops the connection and
  * polls the agent's socket until it can connect again: after the dump when
  * the process keeps running, or after CRIU restored it, possibly on another
  * host, where the new agent listens on the same abstract name.
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "shim.h"
@@ -58,14 +64,20 @@ static void release_threads(void)
     resume_all();
 }
 
-static int connect_with_backoff(void)
+/* Connect, retrying while the agent dumps or restores us; the fd.
+ * give_up: after releasing an orphaned suspension, return -1 (a program
+ * thread serving from a signal goes back to the program then). */
+static int connect_with_backoff(int give_up)
 {
     long waited = 0, step = 1;
     int fd;
 
     for (;;) {
-        if (suspend_active() && waited >= ORPHANED_SUSPEND_MS)
+        if (suspend_active() && waited >= ORPHANED_SUSPEND_MS) {
             release_threads();
+            if (give_up)
+                return -1;
+        }
         if (agent_lost && die_with_agent && waited >= DMTCP_FATE_GRACE_MS)
             end_orphaned_process();
         pthread_mutex_lock(&conn_lock);
@@ -90,87 +102,87 @@ static int connect_with_backoff(void)
     }
 }
 
-/* Serve one connection; returns when it is over. */
-static void serve(int fd)
+/* What one record from the agent left the link in. */
+enum outcome {
+    GO_ON,    /* served; the connection goes on */
+    DETACHED, /* CHECKPOINT: answered and closed, the dump comes */
+    LOST,     /* the agent is gone, or spoke nonsense */
+};
+
+/* Obey one record (its socket, if one rode on it, in passed). */
+static enum outcome obey(int fd, const struct dmtcp_record *rec, int passed)
 {
     static int32_t fds[DMTCP_PARK_MAX];
-    struct dmtcp_record rec;
-    int passed;
 
-    /* back after a dump or a restore: the queues first, so that the agent
-     * counts this process back only once they are */
+    if (passed >= 0 && rec->type != DMTCP_REC_UNPARK_FD) {
+        channel_close(passed);
+        passed = -1;
+    }
+    switch (rec->type) {
+    case DMTCP_REC_SUSPEND: {
+        int stuck;
+
+        api_before_checkpoint(); /* hooks, critical sections: threads still run */
+        fdowner_save();
+        stuck = suspend_all();
+        return channel_send(fd, DMTCP_REC_SUSPENDED, (uint64_t)stuck) < 0 ? LOST : GO_ON;
+    }
+    case DMTCP_REC_ELECT:
+        fdowner_elect();
+        return channel_send(fd, DMTCP_REC_ELECTED, 0) < 0 ? LOST : GO_ON;
+    case DMTCP_REC_PARK: {
+        int n = rec->arg > DMTCP_PARK_MAX ? -1 : (int)rec->arg;
+
+        if (n < 0 || channel_recv_payload(fd, fds, (size_t)n * sizeof(fds[0])) < 0)
+            return LOST;
+        n = park_sockets(fd, fds, n);
+        return n < 0 || channel_send(fd, DMTCP_REC_PARKED, (uint64_t)n) < 0 ? LOST : GO_ON;
+    }
+    case DMTCP_REC_UNPARK_FD:
+        if (passed >= 0)
+            park_take_back((int)(uint32_t)rec->arg, passed);
+        return GO_ON;
+    case DMTCP_REC_UNPARK:
+        return channel_send(fd, DMTCP_REC_UNPARKED, (uint64_t)park_finish()) < 0 ? LOST : GO_ON;
+    case DMTCP_REC_CHECKPOINT:
+        /* stay suspended: the agent dumps us, then we come back */
+        mqueue_detach(); /* CRIU cannot dump a POSIX message queue */
+        channel_send(fd, DMTCP_REC_READY, 0);
+        pthread_mutex_lock(&conn_lock);
+        channel_set_agent_fd(-1);
+        channel_close(fd);
+        pthread_mutex_unlock(&conn_lock);
+        return DETACHED;
+    case DMTCP_REC_RESUME:
+        release_threads();
+        if (channel_send(fd, DMTCP_REC_RESUMED, 0) < 0)
+            return LOST;
+        api_after_resume(rec->arg); /* hooks run with the threads going */
+        return GO_ON;
+    case DMTCP_REC_DONE:
+        api_generation_done(rec->arg);
+        return GO_ON;
+    case DMTCP_REC_FATE:
+        die_with_agent = rec->arg == 1;
+        return GO_ON;
+    default:
+        return GO_ON; /* newer agent: ignore what we do not know */
+    }
+}
+
+/* The first record on a (re)made connection.  Back after a dump or a
+ * restore: the queues first, so that the agent counts this process back
+ * only once they are. */
+static int say_hello(int fd)
+{
     if (suspend_active())
         mqueue_reattach();
-    if (channel_send(fd, DMTCP_REC_HELLO, (uint64_t)suspend_active()) < 0)
-        goto out;
-    for (;;) {
-        if (channel_recv_fd(fd, &rec, &passed) <= 0)
-            goto out;
-        if (passed >= 0 && rec.type != DMTCP_REC_UNPARK_FD) {
-            channel_close(passed);
-            passed = -1;
-        }
-        switch (rec.type) {
-        case DMTCP_REC_SUSPEND: {
-            int stuck;
+    return channel_send(fd, DMTCP_REC_HELLO, (uint64_t)suspend_active());
+}
 
-            api_before_checkpoint(); /* hooks, critical sections: threads still run */
-            fdowner_save();
-            stuck = suspend_all();
-            if (channel_send(fd, DMTCP_REC_SUSPENDED, (uint64_t)stuck) < 0)
-                goto out;
-            break;
-        }
-        case DMTCP_REC_ELECT:
-            fdowner_elect();
-            if (channel_send(fd, DMTCP_REC_ELECTED, 0) < 0)
-                goto out;
-            break;
-        case DMTCP_REC_PARK: {
-            int n = rec.arg > DMTCP_PARK_MAX ? -1 : (int)rec.arg;
-
-            if (n < 0 || channel_recv_payload(fd, fds, (size_t)n * sizeof(fds[0])) < 0)
-                goto out;
-            n = park_sockets(fd, fds, n);
-            if (n < 0 || channel_send(fd, DMTCP_REC_PARKED, (uint64_t)n) < 0)
-                goto out;
-            break;
-        }
-        case DMTCP_REC_UNPARK_FD:
-            if (passed >= 0)
-                park_take_back((int)(uint32_t)rec.arg, passed);
-            break;
-        case DMTCP_REC_UNPARK:
-            if (channel_send(fd, DMTCP_REC_UNPARKED, (uint64_t)park_finish()) < 0)
-                goto out;
-            break;
-        case DMTCP_REC_CHECKPOINT:
-            /* stay suspended: the agent dumps us, then we come back */
-            mqueue_detach(); /* CRIU cannot dump a POSIX message queue */
-            channel_send(fd, DMTCP_REC_READY, 0);
-            pthread_mutex_lock(&conn_lock);
-            channel_set_agent_fd(-1);
-            channel_close(fd);
-            pthread_mutex_unlock(&conn_lock);
-            return;
-        case DMTCP_REC_RESUME:
-            release_threads();
-            if (channel_send(fd, DMTCP_REC_RESUMED, 0) < 0)
-                goto out;
-            api_after_resume(rec.arg); /* hooks run with the threads going */
-            break;
-        case DMTCP_REC_DONE:
-            api_generation_done(rec.arg);
-            break;
-        case DMTCP_REC_FATE:
-            die_with_agent = rec.arg == 1;
-            break;
-        default:
-            break; /* newer agent: ignore what we do not know */
-        }
-    }
-out:
-    /* the agent is gone in the middle: never leave the program stopped */
+/* The agent is gone in the middle: never leave the program stopped. */
+static void drop_lost(int fd)
+{
     agent_lost = 1;
     release_threads();
     pthread_mutex_lock(&conn_lock);
@@ -179,21 +191,225 @@ out:
     pthread_mutex_unlock(&conn_lock);
 }
 
+/* Serve one connection on the checkpoint thread; returns when it is over.
+ * hello: 0 for a connection that said it already (taken over). */
+static void serve(int fd, int hello)
+{
+    struct dmtcp_record rec;
+    int passed;
+
+    if (hello && say_hello(fd) < 0) {
+        drop_lost(fd);
+        return;
+    }
+    for (;;) {
+        enum outcome got = LOST;
+
+        if (channel_recv_fd(fd, &rec, &passed) > 0)
+            got = obey(fd, &rec, passed);
+        if (got == DETACHED)
+            return;
+        if (got == LOST) {
+            drop_lost(fd);
+            return;
+        }
+    }
+}
+
+/*
+ * The link served from the reserved signal, for a process with no
+ * checkpoint thread (the default: most processes of a tree never see a
+ * checkpoint, and a thread made at every start and fork cost a fork+exec
+ * loop most of its time).  The agent wakes such a process with the
+ * reserved signal (sent by kill: SI_USER); the handler, on whichever
+ * thread of the program the kernel chose, connects and says hello, and
+ * the connection then signals the process whenever the agent writes
+ * (O_ASYNC, F_SETSIG: the same signal).  The handler serves what came;
+ * from SUSPEND until the round is over it stays in the handler, serving,
+ * exactly as the checkpoint thread would, while the other threads are
+ * stopped: raw system calls only, on static memory.
+ *
+ * One thread serves at a time (serving); a signal that finds another one
+ * serving leaves it the work, and that one looks again before it stops.
+ * A thread interrupted while it holds the gate (in fork, pthread_create)
+ * cannot suspend the process: it leaves the work owed, and serves when it
+ * lets the gate go (link_after_gate).  A vfork child shares its parent's
+ * memory: it never serves (the agent wakes it again after its exec).
+ *
+ * A process that uses the API (hooks, critical sections, its own
+ * checkpoint request) gets a real checkpoint thread at that call, which
+ * takes the link over: hooks must not run inside a signal handler.
+ */
+enum { LINK_SIGNAL, LINK_THREAD };
+static int link_mode = LINK_SIGNAL;
+static int serving;   /* 1 while a thread serves the link */
+static int wake_owed; /* the agent asked this process to connect */
+static int link_owed; /* a signal came to a thread that held the gate */
+static pid_t own_pid; /* getpid() at start or fork: a vfork child differs */
+static int thread_started;
+
+static int readable(int fd)
+{
+    struct pollfd p = { fd, POLLIN, 0 };
+    struct timespec none = { 0, 0 };
+
+    return syscall(SYS_ppoll, &p, 1, &none, NULL, sizeof(sigset_t)) > 0;
+}
+
+/* The agent's writes signal this process (any thread of it). */
+static void make_async(int fd)
+{
+    struct f_owner_ex owner = { F_OWNER_PID, own_pid };
+    long flags;
+
+    syscall(SYS_fcntl, fd, F_SETOWN_EX, &owner);
+    syscall(SYS_fcntl, fd, F_SETSIG, suspend_signal());
+    flags = syscall(SYS_fcntl, fd, F_GETFL);
+    if (flags >= 0)
+        syscall(SYS_fcntl, fd, F_SETFL, flags | O_ASYNC);
+}
+
+/* Connect and say hello, outside a round: the fd, or -1. */
+static int connect_now(void)
+{
+    int fd;
+
+    pthread_mutex_lock(&conn_lock);
+    fd = channel_connect();
+    if (fd >= 0) {
+        make_async(fd);
+        channel_set_agent_fd(fd);
+    }
+    pthread_mutex_unlock(&conn_lock);
+    if (fd >= 0 && say_hello(fd) < 0) {
+        drop_lost(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Back after a dump, or the agent back after a loss (connect_with_backoff
+ * ends the process if it was told to and none comes). */
+static int reconnect(void)
+{
+    int fd = connect_with_backoff(1);
+
+    if (fd < 0)
+        return -1;
+    make_async(fd);
+    if (say_hello(fd) < 0) {
+        drop_lost(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* With the serving token: connect if asked, then obey what the agent
+ * wrote; in a round, until it is over. */
+static void serve_by_signal(void)
+{
+    struct dmtcp_record rec;
+    int fd = channel_agent_fd(), passed;
+
+    if (fd < 0) {
+        if (!__atomic_exchange_n(&wake_owed, 0, __ATOMIC_ACQ_REL))
+            return;
+        fd = connect_now();
+        if (fd < 0)
+            return; /* not listening (a dump): the agent asks again */
+    }
+    for (;;) {
+        enum outcome got = LOST;
+
+        if (!suspend_active() && !readable(fd))
+            return;
+        if (channel_recv_fd(fd, &rec, &passed) > 0)
+            got = obey(fd, &rec, passed);
+        if (got == DETACHED && (fd = reconnect()) >= 0)
+            continue;
+        if (got == LOST) {
+            drop_lost(fd);
+            if (!die_with_agent)
+                return; /* unconnected until an agent wakes it again */
+            fd = reconnect();
+        }
+        if (fd < 0)
+            return;
+    }
+}
+
+static int work_waiting(void)
+{
+    int fd = channel_agent_fd();
+
+    return fd >= 0 ? readable(fd) : __atomic_load_n(&wake_owed, __ATOMIC_ACQUIRE);
+}
+
+/* From the reserved signal's handler (suspend.c), all signals blocked,
+ * once the thread is not (or no longer) to stop. */
+static void link_on_signal(int code)
+{
+    if (!shim_enabled || __atomic_load_n(&link_mode, __ATOMIC_ACQUIRE) != LINK_SIGNAL)
+        return;
+    if ((pid_t)syscall(SYS_getpid) != own_pid)
+        return;
+    if (code == SI_USER)
+        __atomic_store_n(&wake_owed, 1, __ATOMIC_RELEASE);
+    if (gate_held()) {
+        __atomic_store_n(&link_owed, 1, __ATOMIC_RELEASE);
+        return;
+    }
+    do {
+        if (__atomic_exchange_n(&serving, 1, __ATOMIC_ACQ_REL))
+            return; /* the one serving looks again before it stops */
+        if (__atomic_load_n(&link_mode, __ATOMIC_ACQUIRE) == LINK_SIGNAL)
+            serve_by_signal();
+        __atomic_store_n(&serving, 0, __ATOMIC_RELEASE);
+    } while (__atomic_load_n(&link_mode, __ATOMIC_ACQUIRE) == LINK_SIGNAL && work_waiting());
+}
+
+/* This thread let the gate go: serve what came meanwhile. */
+static void link_after_gate(void)
+{
+    if (__atomic_load_n(&link_owed, __ATOMIC_ACQUIRE)
+        && __atomic_exchange_n(&link_owed, 0, __ATOMIC_ACQ_REL))
+        syscall(SYS_tgkill, own_pid, (pid_t)syscall(SYS_gettid), suspend_signal());
+}
+
+static int link_dies_with_agent(void)
+{
+    return die_with_agent;
+}
+
 static void *ckpt_thread_main(void *unused)
 {
     sigset_t all;
+    int fd;
 
     (void)unused;
     /* the program's signals are for the program's threads */
     sigfillset(&all);
     real_pthread_sigmask(SIG_BLOCK, &all, NULL); /* the wrapper would keep one */
     prctl(PR_SET_NAME, "dmtcp_ckpt", 0, 0, 0);
+    /* take the link over from the signal handlers, between two rounds */
+    while (__atomic_exchange_n(&serving, 1, __ATOMIC_ACQ_REL))
+        pause_ms(1);
+    __atomic_store_n(&link_mode, LINK_THREAD, __ATOMIC_RELEASE);
+    __atomic_store_n(&serving, 0, __ATOMIC_RELEASE);
+    fd = channel_agent_fd();
+    if (fd >= 0) {
+        long flags = syscall(SYS_fcntl, fd, F_GETFL);
+
+        if (flags >= 0)
+            syscall(SYS_fcntl, fd, F_SETFL, flags & ~O_ASYNC);
+        serve(fd, 0);
+    }
     for (;;)
-        serve(connect_with_backoff());
+        serve(connect_with_backoff(0), 1);
     return NULL;
 }
 
-void ckpt_thread_start(void)
+static void ckpt_thread_start(void)
 {
     pthread_t tid;
     pthread_attr_t attr;
@@ -205,9 +421,36 @@ void ckpt_thread_start(void)
     pthread_attr_destroy(&attr);
 }
 
-/* In a forked child only the forking thread exists: the parent's
- * connection is a copy that belongs to the parent, so drop it and give the
- * child a checkpoint thread of its own. */
+/* The program uses the API: from now on a thread of our own serves the
+ * link (made at this call, from the program's own code: never from a
+ * signal handler). */
+static void ckpt_thread_ensure(void)
+{
+    if (!shim_enabled || __atomic_exchange_n(&thread_started, 1, __ATOMIC_ACQ_REL))
+        return;
+    gate_enter(); /* not while the process is suspended */
+    pthread_mutex_lock(&conn_lock);
+    if (first_fd < 0)
+        first_fd = channel_socket(); /* (see first_fd) */
+    pthread_mutex_unlock(&conn_lock);
+    ckpt_thread_start();
+    gate_leave();
+}
+
+/* Connect from the program's own code (start-up, a fork child), holding
+ * the serving token so that a signal meanwhile does not serve on top of
+ * it; what came meanwhile is served by a signal to this thread after. */
+static void connect_eagerly(void)
+{
+    if (__atomic_exchange_n(&serving, 1, __ATOMIC_ACQ_REL))
+        return;
+    if (channel_agent_fd() < 0)
+        connect_now();
+    __atomic_store_n(&serving, 0, __ATOMIC_RELEASE);
+    if (work_waiting())
+        syscall(SYS_tgkill, own_pid, (pid_t)syscall(SYS_gettid), suspend_signal());
+}
+
 /* fork waits while the process is suspended (the gate), and never copies
  * a half-made agent connection (conn_lock); always in this order. */
 static void atfork_prepare(void)
@@ -222,6 +465,11 @@ static void atfork_parent(void)
     gate_leave();
 }
 
+/* In a forked child only the forking thread exists, and the parent's
+ * connection is a copy that belongs to the parent: drop it.  The child
+ * connects when the agent wakes it, or at once if it is to die with its
+ * agent (it must hear the agent go); a child of a process with a
+ * checkpoint thread gets one of its own. */
 static void atfork_child(void)
 {
     pthread_mutex_unlock(&conn_lock);
@@ -233,21 +481,33 @@ static void atfork_child(void)
         channel_close(channel_agent_fd());
         channel_set_agent_fd(-1);
     }
-    if (first_fd >= 0)
-        channel_close(first_fd); /* the parent's, not yet used */
-    first_fd = channel_socket();
-    ckpt_thread_start();
+    own_pid = (pid_t)syscall(SYS_getpid);
+    serving = wake_owed = link_owed = 0;
+    if (link_mode == LINK_THREAD) {
+        link_mode = LINK_SIGNAL; /* until the thread takes over */
+        first_fd = channel_socket();
+        ckpt_thread_start();
+    } else if (die_with_agent) {
+        connect_eagerly();
+    }
 }
 
 __attribute__((constructor)) static void dmtcp_shim_init(void)
 {
+    const char *fate = getenv(DMTCP_ENV_FATE);
+
     if (channel_set_address(getenv(DMTCP_ENV_AGENT_SOCK)) < 0)
         return; /* not launched under an agent: stay inert */
+    own_pid = (pid_t)syscall(SYS_getpid);
     shim_enabled = 1;
-    api_init();
-    exec_env_capture();
-    suspend_init();
+    api_init(ckpt_thread_ensure);
+    exec_env_capture(link_dies_with_agent);
+    suspend_init(link_on_signal, link_after_gate);
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-    first_fd = channel_socket();
-    ckpt_thread_start();
+    /* no thread, no connection: the agent wakes us when it needs us, but
+     * a process that is to die with its agent must hear it go */
+    if (fate && fate[0] == '1') {
+        die_with_agent = 1;
+        connect_eagerly();
+    }
 }

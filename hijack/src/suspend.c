@@ -37,6 +37,11 @@
 #define STOP_PATIENCE_MS 3000 /* a thread that will not stop in this time is reported */
 
 static int sigckpt;
+/* the link's hooks (ckpt_thread.c, which drives this unit: passed at
+ * suspend_init, not called by name): a signal for it, and the gate let go
+ * by a thread that had to leave it work */
+static void (*link_signal)(int si_code);
+static void (*link_gate_left)(void);
 static int requested;     /* 1 while a suspension is wanted */
 static int resume_gen;    /* futex word the stopped threads sleep on */
 static int stopped;       /* threads inside the handler */
@@ -48,6 +53,9 @@ static int n_signalled;
 /* Calls this thread had fail with EINTR; read only by the same thread.
  * initial-exec: no TLS allocation in the handler (the shim is preloaded). */
 static __thread unsigned interruptions __attribute__((tls_model("initial-exec")));
+/* How many times this thread holds the gate (the link must not suspend
+ * the process from a signal that interrupted it there). */
+static __thread int gate_depth __attribute__((tls_model("initial-exec")));
 
 static long futex(int *word, int op, int val, const struct timespec *timeout)
 {
@@ -115,7 +123,6 @@ static void handler(int sig, siginfo_t *info, void *ctx)
     int gen = __atomic_load_n(&resume_gen, __ATOMIC_ACQUIRE);
 
     (void)sig;
-    (void)info;
     if (__atomic_load_n(&requested, __ATOMIC_ACQUIRE)) {
         __atomic_add_fetch(&stopped, 1, __ATOMIC_ACQ_REL);
         futex(&stopped, FUTEX_WAKE_PRIVATE, 1, NULL);
@@ -123,17 +130,21 @@ static void handler(int sig, siginfo_t *info, void *ctx)
             futex(&resume_gen, FUTEX_WAIT_PRIVATE, gen, NULL);
         __atomic_sub_fetch(&stopped, 1, __ATOMIC_ACQ_REL);
     }
+    if (link_signal)
+        link_signal(info->si_code); /* the agent's wake-up, or its writes */
     if (interrupted_a_call(ctx) && !program_handler_due(ctx))
         __atomic_add_fetch(&interruptions, 1, __ATOMIC_RELAXED);
     errno = saved_errno;
 }
 
-void suspend_init(void)
+void suspend_init(void (*on_signal)(int si_code), void (*after_gate)(void))
 {
     struct sigaction sa;
     const char *env = getenv(DMTCP_ENV_SIGCKPT);
     sigset_t mine;
 
+    link_signal = on_signal;
+    link_gate_left = after_gate;
     sigckpt = env && atoi(env) > 0 && atoi(env) < NSIG ? atoi(env) : SIGRTMAX - 2;
     memset(&sa, 0, sizeof(sa));
     sa.sa_sigaction = handler;
@@ -284,11 +295,19 @@ void resume_all(void)
 void gate_enter(void)
 {
     pthread_rwlock_rdlock(&gate);
+    gate_depth++;
 }
 
 void gate_leave(void)
 {
     pthread_rwlock_unlock(&gate);
+    if (--gate_depth == 0 && link_gate_left)
+        link_gate_left();
+}
+
+int gate_held(void)
+{
+    return gate_depth > 0;
 }
 
 /* The child of a fork has one thread, which held the gate for reading. */
@@ -297,6 +316,7 @@ void gate_after_fork_child(void)
     pthread_rwlock_t fresh = PTHREAD_RWLOCK_INITIALIZER;
 
     gate = fresh;
+    gate_depth = 0;
     suspended = 0;
     __atomic_store_n(&requested, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&stopped, 0, __ATOMIC_RELEASE);

@@ -9,7 +9,8 @@
  * allocator locks; new environment arrays live on the stack.
  */
 #define _GNU_SOURCE
-#include <dlfcn.h>
+#include <link.h>
+#include <stdint.h>
 #include <errno.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -36,9 +37,40 @@ static const char *const kept_names[] = {
     "DMTCP_SSH_WRAPPER", "DMTCP_SRUN_WRAPPER",
 };
 
-void exec_env_capture(void)
+/* whether FATE 1 is in force (ckpt_thread.c, which drives this unit:
+ * passed, not called by name) */
+static int (*fate_on_now)(void);
+
+static int dies_with_agent(void)
 {
-    Dl_info info;
+    return fate_on_now && fate_on_now();
+}
+
+/* Our library's path: the loaded object whose segments hold this code
+ * (dladdr would also look for the nearest symbol, through the whole
+ * symbol table, at every program's start). */
+static int find_self(struct dl_phdr_info *info, size_t size, void *unused)
+{
+    uintptr_t here = (uintptr_t)find_self;
+
+    (void)size;
+    (void)unused;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t start = (uintptr_t)info->dlpi_addr + ph->p_vaddr;
+
+        if (ph->p_type == PT_LOAD && here >= start && here - start < ph->p_memsz) {
+            if (info->dlpi_name && info->dlpi_name[0])
+                snprintf(preload_value, sizeof(preload_value), "%s", info->dlpi_name);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+void exec_env_capture(int (*fate)(void))
+{
+    fate_on_now = fate;
 
     for (size_t i = 0; i < sizeof(kept_names) / sizeof(kept_names[0]) && n_kept < KEPT; i++) {
         const char *v = getenv(kept_names[i]);
@@ -46,8 +78,7 @@ void exec_env_capture(void)
                      < sizeof(kept[0]))
             n_kept++;
     }
-    if (dladdr((void *)exec_env_capture, &info) && info.dli_fname)
-        snprintf(preload_value, sizeof(preload_value), "%s", info.dli_fname);
+    dl_iterate_phdr(find_self, NULL);
     if (getenv("DMTCP_SSH_WRAPPER"))
         snprintf(ssh_wrapper, sizeof(ssh_wrapper), "%s", getenv("DMTCP_SSH_WRAPPER"));
     if (getenv("DMTCP_SRUN_WRAPPER"))
@@ -68,10 +99,13 @@ static size_t env_len(char *const *envp)
     return n;
 }
 
+static char fate_on[] = DMTCP_ENV_FATE "=1";
+
 /*
- * Fill out[] (room for env_len(envp) + KEPT + 2 entries) with envp, our
- * variables replacing any of the same name, and LD_PRELOAD with the shim
- * first; preload_buf holds that entry.
+ * Fill out[] (room for env_len(envp) + KEPT + 3 entries) with envp, our
+ * variables replacing any of the same name, DMTCP_FATE=1 while FATE 1 is
+ * in force, and LD_PRELOAD with the shim first; preload_buf holds that
+ * entry.
  */
 static char **reassert(char *const *envp, char **out, char *preload_buf, size_t buf_len)
 {
@@ -79,7 +113,8 @@ static char **reassert(char *const *envp, char **out, char *preload_buf, size_t 
     const char *their_preload = NULL;
 
     for (size_t i = 0; envp && envp[i]; i++) {
-        int ours = name_is(envp[i], "LD_PRELOAD=", 11);
+        int ours = name_is(envp[i], "LD_PRELOAD=", 11)
+                   || name_is(envp[i], DMTCP_ENV_FATE "=", sizeof(DMTCP_ENV_FATE));
 
         for (int k = 0; k < n_kept && !ours; k++) {
             size_t len = (size_t)(strchr(kept[k], '=') - kept[k]) + 1;
@@ -92,6 +127,8 @@ static char **reassert(char *const *envp, char **out, char *preload_buf, size_t 
     }
     for (int k = 0; k < n_kept; k++)
         out[n++] = kept[k];
+    if (dies_with_agent())
+        out[n++] = fate_on;
     if (preload_value[0]) {
         if (their_preload && strstr(their_preload, preload_value))
             snprintf(preload_buf, buf_len, "LD_PRELOAD=%s", their_preload);
@@ -143,7 +180,7 @@ static const char *wrapper_for(const char *path, char *const *envp)
     newargv[k_##newargv] = NULL
 
 #define WITH_ENV(envp, newenv) \
-    char *newenv##_arr[env_len(envp) + KEPT + 2]; \
+    char *newenv##_arr[env_len(envp) + KEPT + 3]; \
     char newenv##_pre[4096]; \
     char **newenv = reassert(envp, newenv##_arr, newenv##_pre, sizeof(newenv##_pre))
 
@@ -157,15 +194,70 @@ typedef int (*exec_fn)(const char *file, char *const argv[], char *const envp[])
 typedef int (*spawn_fn)(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
                         const posix_spawnattr_t *attr, char *const argv[], char *const envp[]);
 
+/*
+ * The agent may send the reserved signal (its wake-up) at any time; until
+ * the new program's shim has installed its handler the signal's default
+ * action would end the process.  So it is blocked across exec: it waits,
+ * pending, for the new shim, which unblocks it (suspend_init).
+ */
+static void block_reserved(sigset_t *old)
+{
+    sigset_t one;
+
+    sigemptyset(&one);
+    if (suspend_signal() > 0)
+        sigaddset(&one, suspend_signal());
+    real_pthread_sigmask(SIG_BLOCK, &one, old);
+}
+
+static int unblock_after(int result, const sigset_t *old)
+{
+    int saved = errno;
+
+    real_pthread_sigmask(SIG_SETMASK, old, NULL);
+    errno = saved;
+    return result;
+}
+
 static int exec_in_tree(exec_fn real, const char *file, char *const argv[], char *const envp[])
 {
     const char *wrapper = wrapper_for(file, envp);
+    sigset_t old;
     WITH_ENV(envp, env);
     if (wrapper) {
         WITH_SSH_ARGV(wrapper, file, argv, wargv);
-        return real_execve(wrapper, wargv, env);
+        block_reserved(&old);
+        return unblock_after(real_execve(wrapper, wargv, env), &old);
     }
-    return real(file, argv, env);
+    block_reserved(&old);
+    return unblock_after(real(file, argv, env), &old);
+}
+
+/* A spawned child gets the reserved signal blocked for the same reason
+ * (libc's spawn sets default handlers in the child before its exec): attr,
+ * or a copy of it with the signal added to the child's mask. */
+static const posix_spawnattr_t *reserved_blocked(const posix_spawnattr_t *attr,
+                                                 posix_spawnattr_t *copy)
+{
+    short flags = 0;
+    sigset_t mask;
+
+    if (suspend_signal() <= 0)
+        return attr;
+    if (attr) {
+        *copy = *attr; /* plain data */
+        posix_spawnattr_getflags(copy, &flags);
+    } else {
+        posix_spawnattr_init(copy);
+    }
+    if (flags & POSIX_SPAWN_SETSIGMASK)
+        posix_spawnattr_getsigmask(copy, &mask);
+    else
+        real_pthread_sigmask(SIG_BLOCK, NULL, &mask);
+    sigaddset(&mask, suspend_signal());
+    posix_spawnattr_setsigmask(copy, &mask);
+    posix_spawnattr_setflags(copy, (short)(flags | POSIX_SPAWN_SETSIGMASK));
+    return copy;
 }
 
 static int spawn_in_tree(spawn_fn real, pid_t *pid, const char *file,
@@ -173,7 +265,9 @@ static int spawn_in_tree(spawn_fn real, pid_t *pid, const char *file,
                          char *const argv[], char *const envp[])
 {
     const char *wrapper = wrapper_for(file, envp);
+    posix_spawnattr_t copy;
     WITH_ENV(envp, env);
+    attr = reserved_blocked(attr, &copy);
     if (wrapper) {
         WITH_SSH_ARGV(wrapper, file, argv, wargv);
         return real_posix_spawn(pid, wrapper, fa, attr, wargv, env);
@@ -268,6 +362,10 @@ static void repair_environ(void)
         if (!getenv(name) || strcmp(getenv(name), eq + 1) != 0)
             setenv(name, eq + 1, 1);
     }
+    if (dies_with_agent())
+        setenv(DMTCP_ENV_FATE, "1", 1);
+    else if (getenv(DMTCP_ENV_FATE))
+        unsetenv(DMTCP_ENV_FATE);
     cur = getenv("LD_PRELOAD");
     if (preload_value[0] && (!cur || !strstr(cur, preload_value))) {
         if (cur && cur[0])
@@ -278,14 +376,73 @@ static void repair_environ(void)
     }
 }
 
+/*
+ * system() as libc does it (SIGINT and SIGQUIT ignored and SIGCHLD
+ * blocked while the command runs, /bin/sh -c), but spawned with the
+ * reserved signal blocked in the child (see block_reserved): libc's own
+ * spawn would leave it open, to the default action, before the shell's
+ * exec.  libc's wait stays unseen, as before (wrap_child.c).
+ */
 SHIM_EXPORT int system(const char *command)
 {
+    struct sigaction ignore, old_int, old_quit;
+    sigset_t chld, old_mask, defaults, child_mask;
+    posix_spawnattr_t attr;
+    pid_t pid;
+    int status = -1, saved;
+
     repair_environ();
-    return real_system(command);
+    if (command == NULL || suspend_signal() <= 0)
+        return real_system(command); /* (NULL: is there a shell) */
+    memset(&ignore, 0, sizeof(ignore));
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    real_sigaction(SIGINT, &ignore, &old_int);
+    real_sigaction(SIGQUIT, &ignore, &old_quit);
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    real_pthread_sigmask(SIG_BLOCK, &chld, &old_mask);
+    sigemptyset(&defaults);
+    if (old_int.sa_handler != SIG_IGN)
+        sigaddset(&defaults, SIGINT);
+    if (old_quit.sa_handler != SIG_IGN)
+        sigaddset(&defaults, SIGQUIT);
+    child_mask = old_mask;
+    sigaddset(&child_mask, suspend_signal());
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    posix_spawnattr_setsigmask(&attr, &child_mask);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    if (real_posix_spawn(&pid, "/bin/sh", NULL, &attr,
+                         (char *const[]){ "sh", "-c", "--", (char *)command, NULL }, environ) == 0) {
+        while (real_waitpid(pid, &status, 0) < 0) {
+            if (errno != EINTR) {
+                status = -1;
+                break;
+            }
+        }
+    } else {
+        status = 127 << 8; /* as the shell says when it cannot run */
+    }
+    posix_spawnattr_destroy(&attr);
+    saved = errno;
+    real_sigaction(SIGINT, &old_int, NULL);
+    real_sigaction(SIGQUIT, &old_quit, NULL);
+    real_pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+    errno = saved;
+    return status;
 }
 
+/* popen's child inherits this thread's mask: the reserved signal blocked
+ * for the spawn only. */
 SHIM_EXPORT FILE *popen(const char *command, const char *type)
 {
+    sigset_t old;
+    FILE *f;
+
     repair_environ();
-    return real_popen(command, type);
+    block_reserved(&old);
+    f = real_popen(command, type);
+    real_pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return f;
 }

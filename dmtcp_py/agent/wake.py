@@ -1,0 +1,64 @@
+"""Waking the tree's processes that have no connection to their agent.
+
+A process under the shim connects to its agent only when the agent needs
+it (hijack/src/ckpt_thread.c): at a checkpoint, and when FATE 1 comes into
+force.  The agent wakes it with the shim's reserved signal, sent by kill();
+the shim's handler connects.  The signal's default action ends a process,
+so only a process whose shim has installed its handler (SigCgt in
+/proc/PID/status) is sent it; across an exec the shim keeps it blocked
+until the new program's shim handles it.
+"""
+from __future__ import annotations
+
+import os
+import signal
+
+from dmtcp_py import procfs
+
+
+def reserved_signal(env: dict[str, str] | os._Environ = os.environ) -> int:
+    """The shim's reserved signal, as suspend.c chooses it (DMTCP_SIGCKPT,
+    else SIGRTMAX - 2): the tree runs with this agent's environment."""
+    value = env.get("DMTCP_SIGCKPT", "")
+    if value.isdigit() and 0 < int(value) < signal.NSIG:
+        return int(value)
+    return signal.SIGRTMAX - 2
+
+
+def _mask(status: str, field: str, signum: int) -> bool:
+    for line in status.splitlines():
+        if line.startswith(field):
+            try:
+                return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+            except (IndexError, ValueError):
+                return False
+    return False
+
+
+def handles(pid: int, signum: int) -> bool:
+    """Whether the process catches signum now (its shim is in place)."""
+    status = procfs.read(f"/proc/{pid}/status")
+    return status is not None and _mask(status, "SigCgt:", signum)
+
+
+def in_exec(pid: int, signum: int) -> bool:
+    """Whether the process blocks signum without catching it: between its
+    shim's exec (or spawn) and the new program's shim, or a program
+    without the shim that an exec of the tree gave the blocked signal."""
+    status = procfs.read(f"/proc/{pid}/status")
+    return (status is not None and not _mask(status, "SigCgt:", signum)
+            and _mask(status, "SigBlk:", signum))
+
+
+def wake(pids: list[int], signum: int) -> list[int]:
+    """Send the wake-up to those of pids that handle it; the pids sent to."""
+    sent = []
+    for pid in pids:
+        if not handles(pid, signum):
+            continue
+        try:
+            os.kill(pid, signum)
+        except OSError:
+            continue  # ended meanwhile
+        sent.append(pid)
+    return sent

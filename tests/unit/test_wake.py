@@ -1,0 +1,62 @@
+"""The agent's wake-up of unconnected processes: which signal, and who is
+sent it (a process that does not catch it would die of it)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+from dmtcp_py.agent import wake
+
+
+def test_the_reserved_signal_is_the_shims():
+    assert wake.reserved_signal({}) == signal.SIGRTMAX - 2
+    assert wake.reserved_signal({"DMTCP_SIGCKPT": "40"}) == 40
+    for bad in ("", "abc", "0", "-3", str(signal.NSIG)):
+        assert wake.reserved_signal({"DMTCP_SIGCKPT": bad}) == signal.SIGRTMAX - 2
+
+
+def test_a_process_that_catches_the_signal_is_told_from_one_that_does_not():
+    # Python catches SIGINT; nobody here catches this real-time signal
+    sig = signal.SIGRTMAX - 5
+    assert wake.handles(os.getpid(), signal.SIGINT)
+    assert not wake.handles(os.getpid(), sig)
+    assert not wake.handles(2 ** 22 + 12345, signal.SIGINT)  # no such process
+
+
+def test_a_blocked_uncaught_signal_reads_as_an_exec_under_way():
+    sig = signal.SIGRTMAX - 5
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {sig})
+    try:
+        assert wake.in_exec(os.getpid(), sig)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    assert not wake.in_exec(os.getpid(), sig)
+
+
+def test_a_process_without_the_handler_is_never_sent_the_signal():
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert wake.wake([child.pid], signal.SIGRTMAX - 2) == []
+        assert child.poll() is None  # alive: its default action would have ended it
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_process_with_the_handler_is_woken():
+    sig = signal.SIGRTMAX - 2
+    code = ("import signal, sys, time\n"
+            f"signal.signal({sig}, lambda *a: sys.exit(7))\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(30)\n")
+    child = subprocess.Popen(["python3", "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "ready\n"
+        assert wake.wake([child.pid], sig) == [child.pid]
+        assert child.wait(timeout=10) == 7
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        child.stdout.close()
