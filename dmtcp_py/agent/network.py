@@ -130,15 +130,7 @@ class Network:
         hands every parked socket back)."""
         self.close()
         wanted = await asyncio.get_running_loop().run_in_executor(None, fdtable.to_park, pids)
-        parked = await self.shims.park(wanted, timeout) if wanted else []
-        # in a thread: /proc and netlink reads, off the event loop
-        self.entries = await asyncio.get_running_loop().run_in_executor(
-            None, fdtable.entries, parked)
-        # every copy but one per socket is closed now; the entry keeps one
-        keep = {id(e.sock) for e in self.entries.values()}
-        for p in parked:
-            if id(p.sock) not in keep:
-                p.sock.close()
+        await self._park(wanted, timeout)
         infos = [e.info for e in self.entries.values()]
         endpoints = [messages.Endpoint(local=i.key, peer=i.peer_key or "", udp=True)
                      for i in infos if i.is_udp]
@@ -181,6 +173,18 @@ class Network:
         log.info("parked %d sockets, %d connections under control, %d bytes drained, "
                  "%d datagrams queued", len(self.entries), len(self.conns), total,
                  sum(len(d) for d in self.datagrams.values()))
+
+    async def _park(self, wanted: dict[int, list[int]], timeout: float) -> None:
+        """The named fds come to us, one entry per socket."""
+        parked = await self.shims.park(wanted, timeout) if wanted else []
+        # in a thread: /proc and netlink reads, off the event loop
+        self.entries = await asyncio.get_running_loop().run_in_executor(
+            None, fdtable.entries, parked)
+        # every copy but one per socket is closed now; the entry keeps one
+        keep = {id(e.sock) for e in self.entries.values()}
+        for p in parked:
+            if id(p.sock) not in keep:
+                p.sock.close()
 
     def table(self, image_dir: Path) -> list[dict]:
         """The manifest's socket table (socket_table.SocketRow, as JSON);
@@ -380,14 +384,7 @@ class Network:
         found = await asyncio.get_running_loop().run_in_executor(None, fdtable.tree_sockets, pids)
         wanted = {pid: sorted(fd for fd, ino in fds.items() if ino in self.held)
                   for pid, fds in found.items()}
-        wanted = {pid: fds for pid, fds in wanted.items() if fds}
-        parked = await self.shims.park(wanted, timeout) if wanted else []
-        self.entries = await asyncio.get_running_loop().run_in_executor(
-            None, fdtable.entries, parked)
-        keep = {id(e.sock) for e in self.entries.values()}
-        for p in parked:
-            if id(p.sock) not in keep:
-                p.sock.close()
+        await self._park({pid: fds for pid, fds in wanted.items() if fds}, timeout)
         for ino in [i for i in self.held if i not in self.entries]:
             log.info("the program closed a held connection while its peer moved")
             self.held.pop(ino).close()

@@ -43,7 +43,7 @@ import psutil
 
 import bench_checkpoint as bc
 from bench_checkpoint import BenchError, progress, run_checked, settle, wait_until
-from bench_stop import GAP_C_COMMON, Workspace as StopWorkspace
+from bench_stop import GAP_C_COMMON, Workspace as StopWorkspace, new_lines
 from report import Row
 
 
@@ -165,12 +165,8 @@ class Member:
     offset: int = 0
 
     def lines(self) -> list[list[str]]:
-        with open(self.out, "rb") as f:
-            f.seek(self.offset)
-            data = f.read()
-        end = data.rfind(b"\n") + 1
-        self.offset += end
-        return [ln.split() for ln in data[:end].decode(errors="replace").splitlines()]
+        words, self.offset = new_lines(self.out, self.offset)
+        return words
 
     def gap(self) -> float:
         """SIGUSR1; the largest gap (seconds) since the last time."""

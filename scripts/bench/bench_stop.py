@@ -202,6 +202,16 @@ def compile_program(workdir: Path) -> Path:
 
 # ---- the tree under test ---------------------------------------------------------
 
+def new_lines(path: Path, offset: int) -> tuple[list[list[str]], int]:
+    """The complete lines of path after offset, split in words, and the
+    offset after them."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read()
+    end = data.rfind(b"\n") + 1
+    return [ln.split() for ln in data[:end].decode(errors="replace").splitlines()], offset + end
+
+
 @dataclass
 class Tree:
     comp: bc.Computation
@@ -211,12 +221,8 @@ class Tree:
 
     def lines(self) -> list[list[str]]:
         """Complete lines written since the last call, split in words."""
-        with open(self.out, "rb") as f:
-            f.seek(self.offset)
-            data = f.read()
-        end = data.rfind(b"\n") + 1
-        self.offset += end
-        return [ln.split() for ln in data[:end].decode(errors="replace").splitlines()]
+        words, self.offset = new_lines(self.out, self.offset)
+        return words
 
     def gaps(self) -> dict[int, int]:
         """SIGUSR1 to every process; each one's largest gap (ns) since the last time."""

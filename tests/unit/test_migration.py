@@ -84,6 +84,14 @@ def migrate(sim: Sim, *trees: str, to: str = "h9") -> list:
     return sim._record(sim.m.migrate(CLIENT, trees, sim.now, to=to))
 
 
+def t2_moving(sim: Sim) -> int:
+    """The ring, t2 asked to move, every tree drained: the round's generation."""
+    ring(sim)
+    migrate(sim, "t2")
+    drain_ring(sim)
+    return sim.m.round.generation
+
+
 def test_a_tree_moves_and_the_others_only_make_their_connections_to_it_again():
     sim = Sim()
     ids = ring(sim)
@@ -121,9 +129,7 @@ def test_a_tree_moves_and_the_others_only_make_their_connections_to_it_again():
 
 def test_a_staying_tree_that_cannot_reconnect_calls_it_off():
     sim = Sim()
-    ring(sim)
-    migrate(sim, "t2")
-    drain_ring(sim)
+    t2_moving(sim)
     actions = sim.report(1, State.CHECKPOINTED, ok=False, error="cannot connect")
     assert [a.agent_id for a in sent(actions, CancelMove)] == [3]
     sim.report(2, State.CHECKPOINTED, image=image_of(2))
@@ -141,10 +147,7 @@ def test_a_staying_tree_that_cannot_reconnect_calls_it_off():
 @pytest.mark.parametrize("how", ["command", "new copy fails", "timeout"])
 def test_a_failed_restore_puts_everything_back(how):
     sim = Sim()
-    ring(sim)
-    migrate(sim, "t2")
-    drain_ring(sim)
-    gen = sim.m.round.generation
+    gen = t2_moving(sim)
     sim.report(1, State.CHECKPOINTED)
     [move] = of_type(sim.report(2, State.CHECKPOINTED, image=image_of(2)), MoveTrees)
     if how == "command":
@@ -189,9 +192,7 @@ def test_migrations_are_refused_while_busy_or_for_unknown_trees():
 
 def test_a_moving_tree_leaving_calls_the_migration_off():
     sim = Sim()
-    ring(sim)
-    migrate(sim, "t2")
-    drain_ring(sim)
+    t2_moving(sim)
     actions = sim.leave(2)
     assert [a.agent_id for a in sent(actions, CancelMove)] == [1, 3]
 
@@ -279,9 +280,7 @@ def test_staying_trees_holding_their_connections_run_on_and_swap_at_the_end():
 
 def test_a_held_tree_swaps_its_old_connections_back_when_the_migration_fails():
     sim = Sim()
-    ring(sim)
-    migrate(sim, "t2")
-    drain_ring(sim)
+    t2_moving(sim)
     for state, extra in ((State.CHECKPOINTED, {"held": True}), (State.REFILLED, {}),
                          (State.RUNNING, {})):
         sim.report(1, state, **extra)
@@ -309,10 +308,7 @@ def test_a_failed_moves_new_copy_still_going_takes_no_part_in_the_next_round():
     copy, told to end but not gone yet, was a participant of the next round
     (and, restoring still, reported illegal transitions)."""
     sim = Sim()
-    ring(sim)
-    migrate(sim, "t2")
-    drain_ring(sim)
-    gen = sim.m.round.generation
+    gen = t2_moving(sim)
     sim.report(1, State.CHECKPOINTED)
     sim.report(2, State.CHECKPOINTED, image=image_of(2))
     new, _ = sim.restart_join(comp_id=COMP, generation=gen, tree_id="t2", host="h9")
