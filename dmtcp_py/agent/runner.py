@@ -46,6 +46,7 @@ BEATS_PER_PERIOD = 4   # the machine's tick, this many times per heartbeat
 UNJOINED_END_TIMEOUT = 5.0  # seconds a killed tree that was never registered may take to end
 CHECKPOINT_MODULES = ("pycriu",)
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+HANDLED_SIGNALS = (signal.SIGCHLD, *FORWARDED_SIGNALS, signal.SIGINT, signal.SIGQUIT)
 
 
 def import_checkpoint_modules() -> None:
@@ -107,6 +108,18 @@ class Agent:
     # ---- entry -----------------------------------------------------------------
 
     async def run(self) -> int:
+        try:
+            return await self._run()
+        finally:
+            # asyncio's loop closes its self-pipe before it removes its
+            # signal handlers: a signal in between (the last processes of
+            # the tree ending) printed a traceback after a one-line error.
+            # Removed here, while the pipe is open.
+            loop = asyncio.get_running_loop()
+            for sig in HANDLED_SIGNALS:
+                loop.remove_signal_handler(sig)
+
+    async def _run(self) -> int:
         loop = asyncio.get_running_loop()
         become_subreaper()
         loop.add_signal_handler(signal.SIGCHLD, self.tree.reap_orphans)

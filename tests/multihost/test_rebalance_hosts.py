@@ -90,7 +90,9 @@ def test_a_cpu_hog_on_a_host_makes_the_coordinator_move_its_tree_to_the_spare(
     calm = [h.launch_on(hosts[i], 1, "counter", programs["counter_single"], "100000", "50")
             for i in (1, 3)]
     spin = h.launch_on(hosts[2], 0, "spin", programs["spin"], "100000000", str(STEPS))
-    wait_for(lambda: len(h.trees()) == 3 and ticks(spin.out), what="the three trees")
+    # (each agent lists its processes a little after its tree joined)
+    wait_for(lambda: len(trees := h.trees()) == 3 and all(t["procs"] for t in trees)
+             and ticks(spin.out), what="the three trees and their processes")
     before = {t["host"]: t for t in h.trees()}
     # the hog: not under the coordinator's control, on the CPU of h3's tree
     hog = h.popen(hosts[2], "hog", ["taskset", "-c", "0", sys.executable, "-c",
