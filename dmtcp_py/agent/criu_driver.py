@@ -1,4 +1,5 @@
-"""CRIU through pycriu's RPC (criu swrk), and nothing else.
+"""CRIU: dumps through pycriu's RPC (criu swrk), restores through criu's
+command line (Restoring says why), and nothing else.
 
 Blocking calls: the agent runs them in a worker thread.  Errors come back as
 CriuError with CRIU's own last error line and the log file to read.
@@ -37,29 +38,27 @@ def _log_level() -> int:
     return 4 if os.environ.get("DMTCP_LOG_LEVEL", "").upper() == "DEBUG" else 2
 
 
+def _criu_env(log_path: Path) -> dict | None:
+    if unprivileged() and not os.environ.get("XDG_RUNTIME_DIR"):
+        # an unprivileged criu keeps its cache of the kernel's features
+        # there, and without it detects them again at every run (~20 ms)
+        return {**os.environ, "XDG_RUNTIME_DIR": str(log_path.parent)}
+    return None
+
+
 class _Session:
-    """One criu swrk process and its RPC options.
+    """One criu swrk process and its RPC options, for a dump.
 
     We start `criu swrk` ourselves and give pycriu the socket (use_fd):
-    pycriu's own spawning closes fds 0-2 of criu, but a shell job's
-    terminal is handed to the restored tree through criu's stdin, and the
-    fds for inherit_fd must reach criu too.  Knowing criu's pid also lets
-    the agent reap exactly its own children."""
+    knowing criu's pid lets the agent reap exactly its own children."""
 
-    def __init__(self, images_dir: Path, log_path: Path, *, stdin: int | None = None,
-                 pass_fds: tuple[int, ...] = ()) -> None:
+    def __init__(self, images_dir: Path, log_path: Path) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = None
-        if unprivileged() and not os.environ.get("XDG_RUNTIME_DIR"):
-            # an unprivileged criu keeps its cache of the kernel's features
-            # there, and without it detects them again at every run (~20 ms)
-            env = {**os.environ, "XDG_RUNTIME_DIR": str(log_path.parent)}
         try:
             self.proc = subprocess.Popen(
                 [criu_binary(), "swrk", str(theirs.fileno())],
-                stdin=stdin if stdin is not None else subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=(theirs.fileno(), *pass_fds), close_fds=True, env=env)
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),), close_fds=True, env=_criu_env(log_path))
         except OSError as exc:
             ours.close()
             raise CriuError(f"cannot run {criu_binary()}: {exc.strerror or exc}") from None
@@ -303,25 +302,63 @@ class LazyPages:
             pass
 
 
+class Restoring:
+    """`criu restore` under way, the tree made a child of this process
+    (--restore-sibling).  CRIU's command line rather than its RPC: the
+    restore then needs no protobuf bindings, whose import (~40 ms, more on
+    a busy host) stood before every restart, and it starts at once, while
+    the agent's own modules still load (dmtcp-restart's early restore).
+
+    terminal: the fd a shell job's terminal is inherited from (criu's
+    stdin); inherit: (fd, key) pairs for --inherit-fd; lazy: memory from a
+    LazyPages listening in log_path's directory.  wait() says how it went."""
+
+    def __init__(self, images_dir: Path, log_path: Path, *, inherit: list[tuple[int, str]],
+                 terminal: int | None = None, lazy: bool = False) -> None:
+        self.log_path = log_path
+        self.pidfile = log_path.with_suffix(".pid")
+        argv = [criu_binary(), "restore", "--images-dir", str(images_dir),
+                "--work-dir", str(log_path.parent), "--log-file", log_path.name,
+                f"-v{_log_level()}", "--restore-detached", "--restore-sibling",
+                "--shell-job", "--file-locks", "--link-remap", "--pidfile", str(self.pidfile)]
+        if lazy:
+            argv.append("--lazy-pages")
+        if unprivileged():
+            argv.append("--unprivileged")
+        for fd, key in inherit:
+            argv += ["--inherit-fd", f"fd[{fd}]:{key}"]
+        try:
+            self.proc = subprocess.Popen(
+                argv, stdin=terminal if terminal is not None else subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=tuple(fd for fd, _ in inherit), close_fds=True,
+                env=_criu_env(log_path))
+        except OSError as exc:
+            raise CriuError(f"cannot run {criu_binary()}: {exc.strerror or exc}") from None
+
+    def wait(self) -> int:
+        """Blocks until CRIU is done: the restored root's pid, or CriuError."""
+        status = self.proc.wait()
+        try:
+            with open(self.pidfile) as f:
+                pid = int(f.read().strip() or 0)
+            os.unlink(self.pidfile)
+        except (OSError, ValueError):
+            pid = 0
+        if status < 0:  # killed: its log stops mid-way
+            raise CriuError(f"criu restore failed: criu was killed by signal {-status} "
+                            f"(log: {self.log_path})")
+        if status != 0 or pid <= 0:
+            raise _failure("restore", CriuError(f"criu exited with {status}"), self.log_path)
+        return pid
+
+
 def restore(images_dir: Path, log_path: Path, *, inherit: list[tuple[int, str]],
             terminal: int | None = None, lazy: bool = False) -> int:
-    """Restore the tree as a child of this process (restore-sibling) and
-    return the root's pid.  terminal: the fd a shell job's terminal is
-    inherited from (criu's stdin).  lazy: memory from a LazyPages
-    listening in log_path's directory."""
-    pycriu = _pycriu()
-    session = _Session(images_dir, log_path, stdin=terminal,
-                       pass_fds=tuple(fd for fd, _ in inherit))
-    try:
-        session.rpc.opts.rst_sibling = True
-        session.rpc.opts.lazy_pages = lazy
-        for fd, key in inherit:
-            session.rpc.opts.inherit_fd.add(fd=fd, key=key)
-        return int(session.rpc.restore().pid)
-    except pycriu.CRIUException as exc:
-        raise _failure("restore", exc, log_path) from None
-    finally:
-        session.close()
+    """Restore the tree as a child of this process and return the root's
+    pid (Restoring, waited for)."""
+    return Restoring(images_dir, log_path, inherit=inherit, terminal=terminal,
+                     lazy=lazy).wait()
 
 
 _versions: dict[tuple, str] = {}

@@ -24,6 +24,7 @@ from dmtcp_py.agent.network import Network
 from dmtcp_py.agent.peers import PeersReport
 from dmtcp_py.agent.records import FATE
 from dmtcp_py.agent.replicas import ReplicaServer, send_copy
+from dmtcp_py.agent.restoring import Restore
 from dmtcp_py.agent.shimlink import ShimLink
 from dmtcp_py.agent.spawn import become_subreaper
 from dmtcp_py.agent.tree import Tree
@@ -66,12 +67,16 @@ def _identity(cfg: AgentConfig) -> am.Identity:
 
 
 class Agent:
-    def __init__(self, cfg: AgentConfig, started: early.Started | None = None) -> None:
+    def __init__(self, cfg: AgentConfig, started: early.Started | None = None,
+                 begun: Restore | None = None) -> None:
         """started: a launched tree (early.py); else cfg.manifest's image
-        is restored."""
+        is restored, or being restored already (begun: restoring.py)."""
         self.cfg = cfg
         self.started = started
+        self.begun = begun
         self.tree = Tree()
+        if begun is not None:
+            self.tree.hold_reaping = True  # CRIU's processes are not the tree's to reap
         self.machine = am.AgentMachine(_identity(cfg))
         self.link = CoordinatorLink(cfg.coord_host, cfg.coord_port)
         name = cfg.manifest.agent_socket if cfg.manifest else early.agent_socket_name(cfg.tree_id)
@@ -137,7 +142,12 @@ class Agent:
                 await self._end_unjoined()
                 raise
         else:
-            await self._join()
+            try:
+                await self._join()
+            except UserError:
+                if self.begun is not None:
+                    await self._end_unjoined()
+                raise
         # following the coordinator already while restoring: connections
         # find their peers through its names
         self._follower = asyncio.create_task(self._follow())
@@ -187,14 +197,26 @@ class Agent:
                  " in a PID namespace of its own" if started.own_namespace else "")
 
     async def _end_unjoined(self) -> None:
-        """The coordinator would not have the tree: it ends, unseen."""
-        self.started.listener.close()
-        self.tree.kill()
-        try:
-            await asyncio.wait_for(self.tree.exited.wait(), UNJOINED_END_TIMEOUT)
-        except asyncio.TimeoutError:
-            pass
-        self.tree.reap_all(timeout=1.0)
+        """The coordinator would not have the tree: it ends, unseen (a
+        launched one, or one whose restore dmtcp-restart began)."""
+        if self.started is not None:
+            self.started.listener.close()
+        else:
+            try:
+                pid = await asyncio.get_running_loop().run_in_executor(None, self.begun.wait)
+                self.tree.adopt(pid)
+            except UserError:
+                pass  # nothing restored: nothing to end
+            finally:
+                self.tree.hold_reaping = False
+                self.tree.init_dir = self.begun.init_dir
+        if self.tree.root_pid is not None:
+            self.tree.kill()
+            try:
+                await asyncio.wait_for(self.tree.exited.wait(), UNJOINED_END_TIMEOUT)
+            except asyncio.TimeoutError:
+                pass
+            self.tree.reap_all(timeout=1.0)
         if self.tree.init_dir is not None:
             init_dir.release(self.tree.init_dir)
 
@@ -202,7 +224,8 @@ class Agent:
         m = self.cfg.manifest
         assert m is not None
         try:
-            self.relays = await start.restore(self.cfg, self.tree, self.net, self.link.local_ip)
+            self.relays = await start.restore(self.cfg, self.tree, self.net, self.link.local_ip,
+                                              self.begun)
             self.work.relays = self.relays
             await self._listen()
         except UserError as exc:

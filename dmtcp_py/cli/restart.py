@@ -1,8 +1,13 @@
-"""dmtcp-restart: bring checkpointed trees back."""
+"""dmtcp-restart: bring checkpointed trees back.
+
+Restarting one tree under a coordinator it starts itself, with no
+sockets to make again, CRIU restores while the agent's modules load
+(agent/restoring.py): they are imported only once it runs.
+"""
 from __future__ import annotations
 
-import asyncio
 import gc
+import importlib
 import os
 import pwd
 import sys
@@ -10,13 +15,13 @@ from pathlib import Path
 
 import click
 
-from dmtcp_py import __version__, criu_access, logs
-from dmtcp_py.agent import stdio, tree_work
+from dmtcp_py import __version__, criu_access
+from dmtcp_py.agent import stdio
 from dmtcp_py.agent.config import AgentConfig
-from dmtcp_py.agent.runner import Agent, import_checkpoint_modules
+from dmtcp_py.agent.restoring import Restore
 from dmtcp_py.cli.base import CONTEXT, coord_host_option, coord_port_option, keep_option, run
 from dmtcp_py.cli.common import coordinator_choice_options, gzip_option, incremental_option
-from dmtcp_py.cli.coordinators import ensure_coordinator, exit_code
+from dmtcp_py.cli.coordinators import Starting, exit_code, find_or_start
 from dmtcp_py.errors import UserError
 from dmtcp_py.images import integrity, manifest, shared_files, store
 from dmtcp_py.tokens import resolve_token
@@ -76,18 +81,40 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, incrementa
                           for image, algorithm, digests in checks])
     if not allow_changed_files:
         _check_read_only_files([e for _, m in loaded for e in m.shared_files])
-    port = ensure_coordinator(coord_host, coord_port, join=join, new=new_coordinator, keep=keep)
+    found = find_or_start(coord_host, coord_port, join=join, new=new_coordinator, keep=keep)
+    begun = None
+    if isinstance(found, Starting):
+        if len(loaded) == 1 and not loaded[0][1].sockets:
+            # a fresh coordinator refuses no tree: nothing is put back
+            # for a restart it then turns down
+            begun = Restore(*loaded[0], lazy=lazy)
+            begun.prepare()
+        found.begin()  # (a fork: before the restore's threads)
+        if begun is not None:
+            begun.begin()
+            _import_agent()  # while CRIU restores and the coordinator starts
+        try:
+            port = found.wait()
+        except UserError:
+            if begun is not None:
+                begun.abandon()
+            raise
+    else:
+        found.close()
+        port = coord_port
     token = resolve_token(port)
 
     def config(image: Path, m: manifest.Manifest) -> AgentConfig:
+        from dmtcp_py.agent.tree_work import home_dir
         return AgentConfig(coord_host=coord_host, coord_port=port, token=token,
-                           ckptdir=Path(ckptdir).resolve() if ckptdir else tree_work.home_dir(image),
+                           ckptdir=Path(ckptdir).resolve() if ckptdir else home_dir(image),
                            tree_id=m.tree_id, program=m.program, argv=m.argv,
                            image=image, manifest=m, compress=gzip, lazy=lazy, keep=keep,
                            incremental=incremental)
 
     if len(loaded) == 1:
-        return _agent(config(*loaded[0]))
+        return _agent(config(*loaded[0]), begun)
+    from dmtcp_py.agent.runner import import_checkpoint_modules
     # one agent process per tree, each the parent of its own restored tree.
     # What every agent needs is imported once, here, before they fork: each
     # importing CRIU's bindings (and then pyroute2) by itself cost ~100 ms of
@@ -143,9 +170,17 @@ def _check_read_only_files(entries: list[dict]) -> None:
                         "see other bytes; --allow-changed-files to restart anyway")
 
 
-def _agent(cfg: AgentConfig) -> int:
+def _import_agent() -> None:
+    importlib.import_module("dmtcp_py.agent.runner")  # what the agent is made of
+
+
+def _agent(cfg: AgentConfig, begun: Restore | None = None) -> int:
+    import asyncio
+
+    from dmtcp_py import logs
+    from dmtcp_py.agent.runner import Agent
     logs.setup(f"agent-{cfg.tree_id}-restart-{os.getpid()}")
-    return exit_code(asyncio.run(Agent(cfg).run()))
+    return exit_code(asyncio.run(Agent(cfg, begun=begun).run()))
 
 
 def _of_generation(image: Path, generation: int) -> Path:

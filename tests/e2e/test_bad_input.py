@@ -88,6 +88,31 @@ def test_restart_damaged_image(good_image, tmp_path, no_strays, damage, expect):
     assert not listening(port)
 
 
+def _running(program: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink(f"/proc/{pid}/exe") == program:
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def test_restart_whose_coordinator_cannot_start_leaves_nothing(good_image, programs, no_strays):
+    """The port is taken (bound, not listening: nothing answers on it) and
+    the coordinator the restart starts there fails, after CRIU began to
+    restore the tree beside it: the restored tree ends before it ran."""
+    program = os.path.realpath(programs["counter_single"][0])
+    assert not _running(program)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        port = busy.getsockname()[1]
+        one_line_error([tool("dmtcp-restart"), "-p", str(port), str(good_image)],
+                       "already in use")
+    assert not _running(program)
+
+
 def test_launch_missing_program(no_strays):
     port = free_port()
     res = one_line_error([tool("dmtcp-launch"), "-p", str(port), "no-such-program-xyz"],
