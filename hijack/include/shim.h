@@ -137,6 +137,24 @@ void mqueue_resume(void);   /* every queue is back: notifications, unlinks */
 #include <mqueue.h>
 void mqueue_note_notify(mqd_t fd, const struct sigevent *sev); /* mq_notify succeeded */
 
+/* inotify.c: the events queued on inotify instances, kept across a
+ * checkpoint (see there).  Checkpoint thread, program suspended: */
+void inotify_save(void);         /* SUSPEND: this process's instances and owners */
+void inotify_elect(void);        /* ELECT: F_SETOWN, as for sockets */
+void inotify_keep_queued(void);  /* CHECKPOINT: the leader takes the queued events */
+void inotify_resume(void);       /* RESUME: owners back; fds with kept events readable */
+/* program threads: */
+void inotify_note_made(void);    /* inotify_init/inotify_init1 succeeded */
+void inotify_after_fork_child(void);
+void inotify_forget(unsigned first, unsigned last); /* fds closed or replaced */
+/* slots in use: while 0, read() needs nothing of inotify.c */
+extern int inotify_live __attribute__((visibility("hidden")));
+typedef ssize_t (*inotify_read_fn)(int fd, void *buf, size_t len);
+/* read() while inotify_live: the kept events first, then plain's */
+ssize_t inotify_read(int fd, void *buf, size_t len, inotify_read_fn plain);
+/* plain's read gave n > 0 bytes and inotify_live is set: what to return */
+ssize_t inotify_read_done(int fd, void *buf, size_t len, ssize_t n, inotify_read_fn plain);
+
 /* api.c: DMTCP's public API; what the checkpoint thread tells it. */
 void api_init(void (*start_thread)(void)); /* called when the API is used */
 void api_before_checkpoint(void);
