@@ -3,6 +3,7 @@
 #define DMTCP_SHIM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "dmtcp_record.h"
 
@@ -139,14 +140,30 @@ void mqueue_note_notify(mqd_t fd, const struct sigevent *sev); /* mq_notify succ
 
 /* inotify.c: the events queued on inotify instances, kept across a
  * checkpoint (see there).  Checkpoint thread, program suspended: */
-void inotify_save(void);         /* SUSPEND: this process's instances and owners */
+void inotify_save(void);         /* SUSPEND: the instances this process reads; owners */
 void inotify_elect(void);        /* ELECT: F_SETOWN, as for sockets */
 void inotify_keep_queued(void);  /* CHECKPOINT: the leader takes the queued events */
 void inotify_resume(void);       /* RESUME: owners back; fds with kept events readable */
 /* program threads: */
-void inotify_note_made(void);    /* inotify_init/inotify_init1 succeeded */
 void inotify_after_fork_child(void);
-void inotify_forget(unsigned first, unsigned last); /* fds closed or replaced */
+void inotify_forget(unsigned first, unsigned last); /* fds closed or replaced (when live) */
+/* The fd numbers this process has read() since it got them, one bit each
+ * (below INOTIFY_READ_FDS): of the processes that share an instance, the
+ * one that reads it is to keep its events.  Set at every read (a load
+ * once set), cleared when the number is closed or replaced, and in a fork
+ * child. */
+#define INOTIFY_READ_FDS 65536
+extern uint64_t inotify_read_bits[INOTIFY_READ_FDS / 64] __attribute__((visibility("hidden")));
+static inline void inotify_note_read(int fd)
+{
+    if ((unsigned)fd < INOTIFY_READ_FDS) {
+        uint64_t bit = 1ull << (fd & 63), *word = &inotify_read_bits[fd >> 6];
+
+        if (!(__atomic_load_n(word, __ATOMIC_RELAXED) & bit))
+            __atomic_fetch_or(word, bit, __ATOMIC_RELAXED);
+    }
+}
+void inotify_unnote_read(unsigned first, unsigned last);
 /* slots in use: while 0, read() needs nothing of inotify.c */
 extern int inotify_live __attribute__((visibility("hidden")));
 typedef ssize_t (*inotify_read_fn)(int fd, void *buf, size_t len);

@@ -9,13 +9,18 @@
  * itself and hands them out before the kernel's:
  *
  * Out (checkpoint thread, the program's threads stopped):
- *  1. SUSPEND: a process that made an inotify instance through the shim
- *     (inotify_init/inotify_init1, or its parent did before fork) lists its
- *     inotify fds (/proc/self/fd link "anon_inode:inotify", so dup'ed
- *     numbers count too) with the F_GETOWN the program had set.
+ *  1. SUSPEND: a process lists the inotify fds (/proc/self/fd link
+ *     "anon_inode:inotify") that it has read through read() since it got
+ *     them (a bit per fd number, set by the read wrapper), with the
+ *     F_GETOWN the program had set.  Reading is what counts: the kept
+ *     events are handed out by the read wrapper, so a process that reads
+ *     otherwise (raw system calls: Go), or holds an instance it does not
+ *     read (a fork child, an exec'd program that inherited it), must not
+ *     take them.  Instances no process of the tree has read yet keep their
+ *     events in the kernel (lost at a restart, as before).
  *  2. ELECT: it makes itself their owner (F_SETOWN), as with sockets: of
- *     the processes sharing an instance, the one F_GETOWN names after the
- *     barrier is its leader and alone takes its events.
+ *     the processes that read one instance, the one F_GETOWN names after
+ *     the barrier is its leader and alone takes its events.
  *  3. CHECKPOINT: the leader reads what is queued (FIONREAD, then one read
  *     of that many bytes: it never waits) into anonymous memory of its own,
  *     part of its image, after what it kept already.
@@ -25,7 +30,7 @@
  *     /proc/self/fd link; nothing ever happens to that inode) is added and
  *     removed at once, which queues one IN_IGNORED for that watch's wd.
  *     poll, select and epoll, level- or edge-triggered, see the fd readable.
- *  5. read() (and __read_chk, wrap_inotify.c) on that fd first takes what
+ *  5. read() (and __read_chk: wrap_ipc.c) on that fd first takes what
  *     the kernel has queued meanwhile (it is newer: it goes after what is
  *     kept), drops the private watch's event, then hands out the kept
  *     events in order, whole, as many as fit (EINVAL if the first does not,
@@ -37,13 +42,12 @@
  *  it hands out the kept events first, and what it read goes after them.
  *  One order is not kept: a thread stopped in the few instructions between
  *  its read's return and the wrapper's look at this unit hands out the
- *  events it read after the kept ones, which are newer (none is lost).
+ *  events it had read, which are older, after the kept ones (none is
+ *  lost).
  *
- * Not kept (README, known limits): instances made by raw system calls or
- * through a handle on libc of the program's own (Go; Python's
- * ctypes.CDLL("libc.so.6")), or held only by processes that got them
- * through exec; more than INQ_MAX instances in one process; readv().  An
- * instance read by two processes: its kept events go to the leader.
+ * Not kept (README, known limits): instances no process has read yet;
+ * more than INQ_MAX instances in one process; readv().  An instance read
+ * by two processes: its kept events go to the leader.
  *
  * Locks: program threads change the kept events only inside the gate
  * (suspend.c), so that the checkpoint thread never finds them half done,
@@ -54,6 +58,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/inotify.h>
 #include <sys/ioctl.h>
@@ -80,17 +85,38 @@ struct inq {
 };
 
 int inotify_live; /* slots in use: read() looks no further while 0 */
+uint64_t inotify_read_bits[INOTIFY_READ_FDS / 64];
 static struct inq slots[INQ_MAX];
-static int maker; /* this process made an instance (fork keeps it, exec not) */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Listed at SUSPEND, with the owners the program had set. */
 static int listed_fd[INQ_MAX], listed_owner[INQ_MAX];
 static int n_listed;
 
-void inotify_note_made(void)
+static int was_read(int fd)
 {
-    __atomic_store_n(&maker, 1, __ATOMIC_RELAXED);
+    return (unsigned)fd < INOTIFY_READ_FDS
+           && (__atomic_load_n(&inotify_read_bits[fd >> 6], __ATOMIC_RELAXED)
+               & (1ull << (fd & 63)));
+}
+
+void inotify_unnote_read(unsigned first, unsigned last)
+{
+    if (first >= INOTIFY_READ_FDS)
+        return;
+    if (last >= INOTIFY_READ_FDS)
+        last = INOTIFY_READ_FDS - 1;
+    for (unsigned fd = first; fd <= last; fd++) {
+        uint64_t *word = &inotify_read_bits[fd >> 6];
+
+        if ((fd & 63) == 0 && fd + 63 <= last) { /* a whole word */
+            if (__atomic_load_n(word, __ATOMIC_RELAXED))
+                __atomic_store_n(word, 0, __ATOMIC_RELAXED);
+            fd += 63;
+        } else if (__atomic_load_n(word, __ATOMIC_RELAXED) & (1ull << (fd & 63))) {
+            __atomic_fetch_and(word, ~(1ull << (fd & 63)), __ATOMIC_RELAXED);
+        }
+    }
 }
 
 /* The slot of fd (-1: a free one), or NULL. */
@@ -395,13 +421,15 @@ void inotify_forget(unsigned first, unsigned last)
     leave();
 }
 
-/* A fork child: the instance's kept events stay with the parent. */
+/* A fork child: the instance's kept events stay with the parent; the
+ * child has read no fd yet. */
 void inotify_after_fork_child(void)
 {
     for (int i = 0; i < INQ_MAX; i++)
         if (slots[i].key != 0)
             free_slot(&slots[i]);
     n_listed = 0;
+    inotify_unnote_read(0, INOTIFY_READ_FDS - 1);
 }
 
 static void list_one(int fd, void *unused)
@@ -411,7 +439,7 @@ static void list_one(int fd, void *unused)
     long n;
 
     (void)unused;
-    if (fd == channel_agent_fd() || n_listed >= INQ_MAX)
+    if (fd == channel_agent_fd() || n_listed >= INQ_MAX || !was_read(fd))
         return;
     fd_path(fd, path);
     n = syscall(SYS_readlinkat, AT_FDCWD, path, link, sizeof(link));
@@ -422,13 +450,14 @@ static void list_one(int fd, void *unused)
     n_listed++;
 }
 
+/* (1) */
 void inotify_save(void)
 {
     n_listed = 0;
-    if (__atomic_load_n(&maker, __ATOMIC_RELAXED))
-        procdir_each("/proc/self/fd", list_one, NULL);
+    procdir_each("/proc/self/fd", list_one, NULL);
 }
 
+/* (2) */
 void inotify_elect(void)
 {
     int pid = (int)syscall(SYS_getpid);
@@ -437,6 +466,7 @@ void inotify_elect(void)
         syscall(SYS_fcntl, listed_fd[i], F_SETOWN, pid);
 }
 
+/* (3) */
 void inotify_keep_queued(void)
 {
     int pid = (int)syscall(SYS_getpid);

@@ -29,9 +29,18 @@ static int is_ours(int fd)
     return fd >= 0 && fd == agent;
 }
 
-/* Events kept for an inotify fd (inotify.c) go when its number does. */
+/* What inotify.c knows of an fd number (read by this process, events
+ * kept) goes when the number does. */
 static void forget(unsigned first, unsigned last)
 {
+    if (first == last) {
+        if (first < INOTIFY_READ_FDS
+            && (__atomic_load_n(&inotify_read_bits[first >> 6], __ATOMIC_RELAXED)
+                & (1ull << (first & 63))))
+            inotify_unnote_read(first, last);
+    } else {
+        inotify_unnote_read(first, last);
+    }
     if (__builtin_expect(__atomic_load_n(&inotify_live, __ATOMIC_RELAXED) != 0, 0))
         inotify_forget(first, last);
 }
@@ -105,18 +114,3 @@ SHIM_EXPORT void closefrom(int lowfd)
     }
 }
 
-/* inotify instances: a process that makes one keeps the events queued on
- * it across a checkpoint (inotify.c).  The calls themselves as libc's. */
-SHIM_EXPORT int inotify_init1(int flags)
-{
-    int fd = (int)syscall(SYS_inotify_init1, flags);
-
-    if (fd >= 0)
-        inotify_note_made();
-    return fd;
-}
-
-SHIM_EXPORT int inotify_init(void)
-{
-    return inotify_init1(0);
-}

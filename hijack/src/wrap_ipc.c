@@ -571,11 +571,13 @@ static inline __attribute__((always_inline)) ssize_t read_plain(int fd, void *bu
 }
 
 /* An inotify fd may have events kept across a checkpoint (inotify.c):
- * they come first.  Otherwise one more load of a flag, before and after. */
+ * they come first.  Otherwise a load of the fd's read bit and one of a
+ * flag, before and after. */
 SHIM_EXPORT ssize_t read(int fd, void *buf, size_t len)
 {
     ssize_t n;
 
+    inotify_note_read(fd);
     if (__builtin_expect(__atomic_load_n(&inotify_live, __ATOMIC_RELAXED) != 0, 0))
         return inotify_read(fd, buf, len, read_plain);
     n = read_plain(fd, buf, len);

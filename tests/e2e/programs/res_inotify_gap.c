@@ -9,6 +9,9 @@
  *   blocking  blocking fd, poll() then read(): a read that blocks when poll
  *             said readable hangs the program (SIGALRM ends it)
  *   small     as epoll, with a read buffer that holds one event only
+ *   forked    as epoll, in a child forked after the set-up; the parent
+ *             holds the same instance, never reads it, and waits for the
+ *             child (exits with its status)
  * Each round N:
  *   1. writes and closes DIR/N.a then DIR/N.b: two events are queued;
  *   2. prints "closed N" and waits, without reading the inotify fd, until
@@ -27,6 +30,7 @@
 #include <sys/epoll.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "res_common.h"
 
@@ -54,7 +58,7 @@ static void wait_go(long round)
         res_sleep_ms(5);
 }
 
-enum mode { EPOLL, EDGE, BLOCKING, SMALL };
+enum mode { EPOLL, EDGE, BLOCKING, SMALL, FORKED };
 static enum mode mode;
 
 /* Wait up to 200 ms for the fd: 1 when readable. */
@@ -121,14 +125,14 @@ static void expect_events(long round)
 int main(int argc, char **argv)
 {
     struct epoll_event ev = { .events = EPOLLIN };
-    static const char *const modes[] = { "epoll", "edge", "blocking", "small" };
+    static const char *const modes[] = { "epoll", "edge", "blocking", "small", "forked" };
     long rounds;
 
     if (argc != 4 || (rounds = atol(argv[2])) < 1)
-        res_fail("usage: %s DIR ROUNDS epoll|edge|blocking|small", argv[0]);
-    for (mode = EPOLL; mode <= SMALL && strcmp(argv[3], modes[mode]) != 0; mode++)
+        res_fail("usage: %s DIR ROUNDS epoll|edge|blocking|small|forked", argv[0]);
+    for (mode = EPOLL; mode <= FORKED && strcmp(argv[3], modes[mode]) != 0; mode++)
         ;
-    RES_CHECK(mode <= SMALL, "unknown mode %s", argv[3]);
+    RES_CHECK(mode <= FORKED, "unknown mode %s", argv[3]);
     dir = argv[1];
     setvbuf(stdout, NULL, _IOLBF, 0);
     in_fd = inotify_init1(IN_CLOEXEC | (mode == BLOCKING ? 0 : IN_NONBLOCK));
@@ -138,6 +142,17 @@ int main(int argc, char **argv)
     ev.events |= mode == EDGE ? EPOLLET : 0;
     RES_CHECK(wd >= 0 && ep >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, in_fd, &ev) == 0,
               "inotify_add_watch / epoll");
+    if (mode == FORKED) {
+        pid_t child = fork();
+        int status;
+
+        RES_CHECK(child >= 0, "fork");
+        if (child > 0) {
+            while (waitpid(child, &status, 0) < 0)
+                RES_CHECK(errno == EINTR, "waitpid: errno %d", errno);
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 3;
+        }
+    }
     for (long round = 1; round <= rounds; round++) {
         write_file(round, "a");
         write_file(round, "b");
