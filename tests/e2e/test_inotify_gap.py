@@ -10,7 +10,7 @@ a newer one; after a checkpoint it survives, after a restart, and in a
 round without a checkpoint.  The ways of waiting for the fd: epoll (level
 and edge), poll then a blocking read (which must not block for nothing),
 a read buffer that holds one event at a time, a forked child reading the
-instance its parent holds too; and the same in Python with the instance
+instance its parent holds too, 500 events kept; and the same in Python with the instance
 made through ctypes, as Python's inotify modules do."""
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ def wait_line(proc, out, line: str) -> None:
 # the C program's ways of waiting; "python": programs/inotify_gap.py, whose
 # instance is made through ctypes.CDLL("libc.so.6"), out of the shim's
 # sight (it is kept because the process reads it)
-@pytest.mark.parametrize("mode", ["epoll", "edge", "blocking", "small", "forked", "python"])
+@pytest.mark.parametrize("mode", ["epoll", "edge", "blocking", "small", "forked", "many",
+                                  "python"])
 def test_queued_events_survive_checkpoint_and_restart(comp, programs, tmp_path, mode):
     watched = tmp_path / "watched"
     watched.mkdir()

@@ -12,14 +12,18 @@
  *   forked    as epoll, in a child forked after the set-up; the parent
  *             holds the same instance, never reads it, and waits for the
  *             child (exits with its status)
+ *   many      as epoll, with 500 events queued instead of 2
  * Each round N:
- *   1. writes and closes DIR/N.a then DIR/N.b: two events are queued;
+ *   1. writes and closes DIR/N.0 and DIR/N.1 (many: up to DIR/N.499): an
+ *      event is queued for each;
  *   2. prints "closed N" and waits, without reading the inotify fd, until
  *      DIR/go.N exists (the test checkpoints here, and restarts; it makes
  *      go.N a directory, which queues no IN_CLOSE_WRITE);
- *   3. writes and closes DIR/N.c (a newer event);
- *   4. waits for the fd (5 s at most) and reads until it has three events: they must be N.a, N.b, N.c in that order, on its own
- *      watch, with nothing else; prints "event N".
+ *   3. writes and closes the next file, DIR/N.2 (many: DIR/N.500): a newer
+ *      event;
+ *   4. waits for the fd (5 s at most) and reads until it has all the
+ *      round's events: they must name those files in that order, on its
+ *      own watch, with nothing else; prints "event N".
  * Prints "done ROUNDS" at the end.  Any other event, order, a missing
  * event or a silent fd: "FAIL[pid]: ..." on stderr, exit 3.
  */
@@ -37,12 +41,12 @@
 static const char *dir;
 static int in_fd, ep, wd;
 
-static void write_file(long round, const char *suffix)
+static void write_file(long round, int index)
 {
     char path[4096];
     int fd;
 
-    snprintf(path, sizeof(path), "%s/%ld.%s", dir, round, suffix);
+    snprintf(path, sizeof(path), "%s/%ld.%d", dir, round, index);
     fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     RES_CHECK(fd >= 0 && res_write_full(fd, "x\n", 2) == 0, "write %s", path);
     close(fd);
@@ -58,8 +62,9 @@ static void wait_go(long round)
         res_sleep_ms(5);
 }
 
-enum mode { EPOLL, EDGE, BLOCKING, SMALL, FORKED };
+enum mode { EPOLL, EDGE, BLOCKING, SMALL, FORKED, MANY };
 static enum mode mode;
+static int queued; /* events queued before the checkpoint, each round */
 
 /* Wait up to 200 ms for the fd: 1 when readable. */
 static int wait_readable(void)
@@ -82,14 +87,12 @@ static int wait_readable(void)
 /* Check the events in buf[0..len): the next ones of the round, in order. */
 static void check_events(long round, const char *buf, ssize_t len, int *got)
 {
-    static const char *const suffix[] = { "a", "b", "c" };
-
     for (const char *p = buf; p < buf + len;) {
         const struct inotify_event *e = (const struct inotify_event *)p;
         char name[64];
 
-        snprintf(name, sizeof(name), "%ld.%s", round, *got < 3 ? suffix[*got] : "?");
-        RES_CHECK(*got < 3 && e->wd == wd && e->mask == IN_CLOSE_WRITE && e->len > 0
+        snprintf(name, sizeof(name), "%ld.%d", round, *got);
+        RES_CHECK(*got < queued + 1 && e->wd == wd && e->mask == IN_CLOSE_WRITE && e->len > 0
                       && strcmp(e->name, name) == 0,
                   "round %ld: event %d is wd %d mask %#x name '%s', not '%s'", round, *got,
                   e->wd, e->mask, e->len ? e->name : "", name);
@@ -98,7 +101,7 @@ static void check_events(long round, const char *buf, ssize_t len, int *got)
     }
 }
 
-/* Read until the round's three events came, in order. */
+/* Read until the round's events came, in order. */
 static void expect_events(long round)
 {
     char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
@@ -107,10 +110,11 @@ static void expect_events(long round)
     int got = 0;
     long deadline = res_now_ms() + 5000;
 
-    while (got < 3) {
+    while (got < queued + 1) {
         ssize_t len;
 
-        RES_CHECK(res_now_ms() < deadline, "round %ld: only %d of 3 events came", round, got);
+        RES_CHECK(res_now_ms() < deadline, "round %ld: only %d of %d events came", round, got,
+                  queued + 1);
         if (!wait_readable())
             continue;
         do {
@@ -125,14 +129,16 @@ static void expect_events(long round)
 int main(int argc, char **argv)
 {
     struct epoll_event ev = { .events = EPOLLIN };
-    static const char *const modes[] = { "epoll", "edge", "blocking", "small", "forked" };
+    static const char *const modes[] = { "epoll", "edge", "blocking", "small", "forked",
+                                         "many" };
     long rounds;
 
     if (argc != 4 || (rounds = atol(argv[2])) < 1)
-        res_fail("usage: %s DIR ROUNDS epoll|edge|blocking|small|forked", argv[0]);
-    for (mode = EPOLL; mode <= FORKED && strcmp(argv[3], modes[mode]) != 0; mode++)
+        res_fail("usage: %s DIR ROUNDS epoll|edge|blocking|small|forked|many", argv[0]);
+    for (mode = EPOLL; mode <= MANY && strcmp(argv[3], modes[mode]) != 0; mode++)
         ;
-    RES_CHECK(mode <= FORKED, "unknown mode %s", argv[3]);
+    RES_CHECK(mode <= MANY, "unknown mode %s", argv[3]);
+    queued = mode == MANY ? 500 : 2;
     dir = argv[1];
     setvbuf(stdout, NULL, _IOLBF, 0);
     in_fd = inotify_init1(IN_CLOEXEC | (mode == BLOCKING ? 0 : IN_NONBLOCK));
@@ -154,11 +160,11 @@ int main(int argc, char **argv)
         }
     }
     for (long round = 1; round <= rounds; round++) {
-        write_file(round, "a");
-        write_file(round, "b");
+        for (int i = 0; i < queued; i++)
+            write_file(round, i);
         printf("closed %ld\n", round);
         wait_go(round);
-        write_file(round, "c");
+        write_file(round, queued);
         alarm(30); /* a read that blocks for nothing ends the program */
         expect_events(round);
         alarm(0);
