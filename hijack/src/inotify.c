@@ -10,8 +10,8 @@
  *
  * Out (checkpoint thread, the program's threads stopped):
  *  1. SUSPEND: a process lists the inotify fds (/proc/self/fd link
- *     "anon_inode:inotify") that it has read through read() since it got
- *     them (a bit per fd number, set by the read wrapper), with the
+ *     "anon_inode:inotify") among those it has read through read() since
+ *     it got them (a bit per fd number, set by the read wrapper), with the
  *     F_GETOWN the program had set.  Reading is what counts: the kept
  *     events are handed out by the read wrapper, so a process that reads
  *     otherwise (raw system calls: Go), or holds an instance it does not
@@ -92,13 +92,6 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 /* Listed at SUSPEND, with the owners the program had set. */
 static int listed_fd[INQ_MAX], listed_owner[INQ_MAX];
 static int n_listed;
-
-static int was_read(int fd)
-{
-    return (unsigned)fd < INOTIFY_READ_FDS
-           && (__atomic_load_n(&inotify_read_bits[fd >> 6], __ATOMIC_RELAXED)
-               & (1ull << (fd & 63)));
-}
 
 void inotify_unnote_read(unsigned first, unsigned last)
 {
@@ -432,14 +425,13 @@ void inotify_after_fork_child(void)
     inotify_unnote_read(0, INOTIFY_READ_FDS - 1);
 }
 
-static void list_one(int fd, void *unused)
+static void list_one(int fd)
 {
     char link[sizeof(LINK) + 1];
     char path[32];
     long n;
 
-    (void)unused;
-    if (fd == channel_agent_fd() || n_listed >= INQ_MAX || !was_read(fd))
+    if (fd == channel_agent_fd() || n_listed >= INQ_MAX)
         return;
     fd_path(fd, path);
     n = syscall(SYS_readlinkat, AT_FDCWD, path, link, sizeof(link));
@@ -450,11 +442,19 @@ static void list_one(int fd, void *unused)
     n_listed++;
 }
 
-/* (1) */
+/* (1): the numbers read (a number closed behind the wrappers' back, by
+ * fclose or a raw system call, is simply not an inotify fd, or not one
+ * this process reads: at worst it claims it too) */
 void inotify_save(void)
 {
     n_listed = 0;
-    procdir_each("/proc/self/fd", list_one, NULL);
+    for (int w = 0; w < INOTIFY_READ_FDS / 64; w++) {
+        uint64_t bits = __atomic_load_n(&inotify_read_bits[w], __ATOMIC_RELAXED);
+
+        for (int b = 0; bits != 0; b++, bits >>= 1)
+            if (bits & 1)
+                list_one(w * 64 + b);
+    }
 }
 
 /* (2) */
