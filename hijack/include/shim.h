@@ -3,6 +3,7 @@
 #define DMTCP_SHIM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "dmtcp_record.h"
 
@@ -136,6 +137,40 @@ void mqueue_reattach(void); /* reconnected after the dump or the restore */
 void mqueue_resume(void);   /* every queue is back: notifications, unlinks */
 #include <mqueue.h>
 void mqueue_note_notify(mqd_t fd, const struct sigevent *sev); /* mq_notify succeeded */
+
+/* inotify.c: the events queued on inotify instances, kept across a
+ * checkpoint (see there).  Checkpoint thread, program suspended: */
+void inotify_save(void);         /* SUSPEND: the instances this process reads; owners */
+void inotify_elect(void);        /* ELECT: F_SETOWN, as for sockets */
+void inotify_keep_queued(void);  /* CHECKPOINT: the leader takes the queued events */
+void inotify_resume(void);       /* RESUME: owners back; fds with kept events readable */
+/* program threads: */
+void inotify_after_fork_child(void);
+void inotify_forget(unsigned first, unsigned last); /* fds closed or replaced (when live) */
+/* The fd numbers this process has read() since it got them, one bit each
+ * (below INOTIFY_READ_FDS): of the processes that share an instance, the
+ * one that reads it is to keep its events.  Set at every read (a load
+ * once set), cleared when the number is closed or replaced, and in a fork
+ * child. */
+#define INOTIFY_READ_FDS 65536
+extern uint64_t inotify_read_bits[INOTIFY_READ_FDS / 64] __attribute__((visibility("hidden")));
+static inline void inotify_note_read(int fd)
+{
+    if ((unsigned)fd < INOTIFY_READ_FDS) {
+        uint64_t bit = 1ull << (fd & 63), *word = &inotify_read_bits[fd >> 6];
+
+        if (!(__atomic_load_n(word, __ATOMIC_RELAXED) & bit))
+            __atomic_fetch_or(word, bit, __ATOMIC_RELAXED);
+    }
+}
+void inotify_unnote_read(unsigned first, unsigned last);
+/* slots in use: while 0, read() needs nothing of inotify.c */
+extern int inotify_live __attribute__((visibility("hidden")));
+typedef ssize_t (*inotify_read_fn)(int fd, void *buf, size_t len);
+/* read() while inotify_live: the kept events first, then plain's */
+ssize_t inotify_read(int fd, void *buf, size_t len, inotify_read_fn plain);
+/* plain's read gave n > 0 bytes and inotify_live is set: what to return */
+ssize_t inotify_read_done(int fd, void *buf, size_t len, ssize_t n, inotify_read_fn plain);
 
 /* api.c: DMTCP's public API; what the checkpoint thread tells it. */
 void api_init(void (*start_thread)(void)); /* called when the API is used */

@@ -61,6 +61,7 @@ static void release_threads(void)
 {
     mqueue_resume();
     fdowner_restore();
+    inotify_resume();
     resume_all();
 }
 
@@ -125,10 +126,12 @@ static enum outcome obey(int fd, const struct dmtcp_record *rec, int passed)
         api_before_checkpoint(); /* hooks, critical sections: threads still run */
         fdowner_save();
         stuck = suspend_all();
+        inotify_save();
         return channel_send(fd, DMTCP_REC_SUSPENDED, (uint64_t)stuck) < 0 ? LOST : GO_ON;
     }
     case DMTCP_REC_ELECT:
         fdowner_elect();
+        inotify_elect();
         return channel_send(fd, DMTCP_REC_ELECTED, 0) < 0 ? LOST : GO_ON;
     case DMTCP_REC_PARK: {
         int n = rec->arg > DMTCP_PARK_MAX ? -1 : (int)rec->arg;
@@ -147,6 +150,7 @@ static enum outcome obey(int fd, const struct dmtcp_record *rec, int passed)
     case DMTCP_REC_CHECKPOINT:
         /* stay suspended: the agent dumps us, then we come back */
         mqueue_detach(); /* CRIU cannot dump a POSIX message queue */
+        inotify_keep_queued(); /* nor the events queued on an inotify instance */
         channel_send(fd, DMTCP_REC_READY, 0);
         pthread_mutex_lock(&conn_lock);
         channel_set_agent_fd(-1);
@@ -475,6 +479,7 @@ static void atfork_child(void)
     pthread_mutex_unlock(&conn_lock);
     gate_after_fork_child();
     channel_after_fork_child();
+    inotify_after_fork_child();
     if (!shim_enabled)
         return;
     if (channel_agent_fd() >= 0) {

@@ -18,6 +18,9 @@
 #ifndef SYS_close_range
 #define SYS_close_range 436
 #endif
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
 
 static int is_ours(int fd)
 {
@@ -26,12 +29,30 @@ static int is_ours(int fd)
     return fd >= 0 && fd == agent;
 }
 
+/* What inotify.c knows of an fd number (read by this process, events
+ * kept) goes when the number does. */
+static void forget(unsigned first, unsigned last)
+{
+    if (first == last) {
+        if (first < INOTIFY_READ_FDS
+            && (__atomic_load_n(&inotify_read_bits[first >> 6], __ATOMIC_RELAXED)
+                & (1ull << (first & 63))))
+            inotify_unnote_read(first, last);
+    } else {
+        inotify_unnote_read(first, last);
+    }
+    if (__builtin_expect(__atomic_load_n(&inotify_live, __ATOMIC_RELAXED) != 0, 0))
+        inotify_forget(first, last);
+}
+
 SHIM_EXPORT int close(int fd)
 {
     if (is_ours(fd)) {
         errno = EBADF;
         return -1;
     }
+    if (fd >= 0)
+        forget((unsigned)fd, (unsigned)fd);
     return real_close(fd);
 }
 
@@ -41,6 +62,8 @@ SHIM_EXPORT int dup2(int oldfd, int newfd)
         errno = EBADF;
         return -1;
     }
+    if (newfd >= 0 && oldfd != newfd)
+        forget((unsigned)newfd, (unsigned)newfd);
     return real_dup2(oldfd, newfd);
 }
 
@@ -50,11 +73,15 @@ SHIM_EXPORT int dup3(int oldfd, int newfd, int flags)
         errno = EBADF;
         return -1;
     }
+    if (newfd >= 0 && oldfd != newfd)
+        forget((unsigned)newfd, (unsigned)newfd);
     return real_dup3(oldfd, newfd, flags);
 }
 
 static int raw_close_range(unsigned first, unsigned last, int flags)
 {
+    if (!(flags & CLOSE_RANGE_CLOEXEC))
+        forget(first, last);
     return (int)syscall(SYS_close_range, first, last, flags);
 }
 
@@ -86,3 +113,4 @@ SHIM_EXPORT void closefrom(int lowfd)
                 syscall(SYS_close, (int)fd);
     }
 }
+

@@ -11,6 +11,9 @@ against a coordinator started once for the whole benchmark:
   forkexec   fork + exec(/bin/true) + waitpid in a loop (every child and
              every exec'd program gets the shim and its checkpoint thread)
   threads    pthread_create + pthread_join in a loop
+  read       1-byte reads of /dev/zero (read() is wrapped: for the EINTR
+             of the checkpoint signal, and for inotify events kept across
+             a checkpoint)
 
 Start-up: wall time of `/bin/true` against `dmtcp-launch --join /bin/true`
 (a coordinator is running, as for every tree of an MPI job; issue 17: at
@@ -58,6 +61,7 @@ WORKLOADS = (
     Workload("pingpong", "TCP ping-pong, 64 B", 10_000, Target(1.05, 0.0, "< 5%")),
     Workload("forkexec", "fork + exec /bin/true", 1_000, Target(1.20, 0.0, "< 20%")),
     Workload("threads", "pthread_create + join", 10_000, None),
+    Workload("read", "1-byte read of /dev/zero", 2_000, None),
 )
 # issue 17: seconds `dmtcp-launch --join` may add to a program's start (the
 # program starts at once, the agent loads and joins beside it)

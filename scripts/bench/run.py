@@ -9,7 +9,7 @@ baseline measured in the same run, median and spread over several runs.
                            raw `criu dump` of the same tree, per GiB against
                            one process, and the time the program is stopped
                            against CRIU's own frozen time (bench_stop)
-  run-time overhead        four workloads natively and under dmtcp-launch,
+  run-time overhead        five workloads natively and under dmtcp-launch,
                            the start-up of `dmtcp-launch /bin/true` (issue
                            17: --join at most native + 50 ms) and the time
                            of `dmtcp-command -s` (at most 60 ms)

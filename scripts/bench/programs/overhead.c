@@ -7,6 +7,8 @@
  *                         loopback, between this process and a forked child
  *   overhead forkexec N   N times fork + exec(/bin/true) + waitpid
  *   overhead threads  N   N times pthread_create + pthread_join
+ *   overhead read     N   N times 1000 reads of 1 byte from /dev/zero (the
+ *                         shim wraps read(): its cost per call shows here)
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -17,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -152,6 +155,20 @@ static void threads(long n)
     }
 }
 
+static void reads(long n)
+{
+    int fd = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+    char byte;
+
+    if (fd < 0)
+        die("/dev/zero");
+    for (long i = 0; i < n; i++)
+        for (int j = 0; j < 1000; j++)
+            if (read(fd, &byte, 1) != 1)
+                die("read");
+    close(fd);
+}
+
 int main(int argc, char **argv)
 {
     static const struct {
@@ -159,12 +176,13 @@ int main(int argc, char **argv)
         void (*run)(long);
     } modes[] = {
         {"compute", compute}, {"pingpong", pingpong}, {"forkexec", forkexec}, {"threads", threads},
+        {"read", reads},
     };
     long n;
     double start;
 
     if (argc != 3 || (n = strtol(argv[2], NULL, 10)) <= 0) {
-        fprintf(stderr, "usage: overhead compute|pingpong|forkexec|threads N\n");
+        fprintf(stderr, "usage: overhead compute|pingpong|forkexec|threads|read N\n");
         return 2;
     }
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
