@@ -11,6 +11,14 @@
 #define SHIM_EXPORT __attribute__((visibility("default")))
 
 /*
+ * What a fork must write in both processes (the locks held across it, the
+ * child's pid), gathered on one page: after fork() each page written for
+ * the first time costs the child a copy and the parent a fault, in every
+ * round of a program's fork+exec loop (issue 17).
+ */
+#define SHIM_FORK_STATE __attribute__((section(".data.dmtcp_fork_state")))
+
+/*
  * The shim's own fds live at the top of the fd table, below the soft
  * RLIMIT_NOFILE, so that they do not take the numbers a program expects
  * from open() and friends.

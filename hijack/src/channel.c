@@ -303,9 +303,13 @@ int channel_tell(uint16_t type, uint64_t arg)
 
 void channel_after_fork_child(void)
 {
-    int fd = __atomic_exchange_n(&tell_fd, -1, __ATOMIC_ACQ_REL);
+    /* (written only when set: an untouched page costs the child nothing) */
+    if (__atomic_load_n(&tell_fd, __ATOMIC_ACQUIRE) >= 0) {
+        int fd = __atomic_exchange_n(&tell_fd, -1, __ATOMIC_ACQ_REL);
 
-    if (fd >= 0)
-        syscall(SYS_close, fd);
-    __atomic_store_n(&telling, 0, __ATOMIC_RELEASE);
+        if (fd >= 0)
+            syscall(SYS_close, fd);
+    }
+    if (__atomic_load_n(&telling, __ATOMIC_ACQUIRE))
+        __atomic_store_n(&telling, 0, __ATOMIC_RELEASE);
 }
