@@ -33,10 +33,11 @@ class Starting:
 
     def begin(self, *, sigmask: set[int] | None = None, close: tuple[int, ...] = ()) -> None:
         """Fork this process rather than start a new interpreter: what is
-        already imported is shared (after a launch's agent loaded, nearly
-        all the coordinator needs), and the rest loads in the child while
-        this process goes on.  No other thread may be running.  The child
-        takes sigmask as its signal mask and closes the fds of close."""
+        already imported is shared, and the rest loads in the child while
+        this process goes on (a launch forks it as soon as the program
+        runs, so that it loads beside the agent, on another core).  No
+        other thread may be running.  The child takes sigmask as its signal
+        mask and closes the fds of close."""
         self._port_file = os.path.join(run_dir_name(),
                                        f"port-{os.getpid()}-{os.urandom(4).hex()}")
         args = ["--daemon", "--exit-on-last", "-q", "--coord-port", str(self.port),
