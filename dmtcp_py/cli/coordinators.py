@@ -6,6 +6,7 @@ program.  The coordinator command itself loads only in the process that
 becomes the coordinator."""
 from __future__ import annotations
 
+import gc
 import os
 
 from dmtcp_py.errors import CoordinatorUnreachable, UserError
@@ -62,9 +63,14 @@ class Starting:
                     _signal.pthread_sigmask(_signal.SIG_SETMASK, sigmask)
                 if self.token:
                     os.environ["DMTCP_COORD_TOKEN"] = self.token
-                # here: a launch that joins a coordinator never loads its modules
+                # here: a launch that joins a coordinator never loads its
+                # modules; the collector's passes over what they make, which
+                # lives as long as the process, would only slow them down
+                gc.disable()
                 from dmtcp_py.cli import coordinator
                 from dmtcp_py.cli.base import run
+                gc.freeze()
+                gc.enable()
                 code = run("dmtcp-coordinator", coordinator.cli, args)
             finally:
                 os._exit(code)

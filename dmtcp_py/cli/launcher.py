@@ -123,8 +123,10 @@ def _run_agent(plan: early.Plan, started: early.Started) -> int:
 
     # What the imports made lives as long as the process: out of the cyclic
     # collector's sight, it is not walked again at every full collection nor
-    # at the interpreter's exit (~20 ms of every launch here).
+    # at the interpreter's exit (~20 ms of every launch here).  The collector
+    # was off while they ran (early.load_beside).
     gc.freeze()
+    gc.enable()
     logs.setup(f"agent-{plan.tree_id}")
     cfg = AgentConfig(coord_host=plan.coord_host, coord_port=plan.coord_port, token=plan.token,
                       ckptdir=Path(plan.ckptdir), tree_id=plan.tree_id,
