@@ -11,12 +11,13 @@
 #define SHIM_EXPORT __attribute__((visibility("default")))
 
 /*
- * What a fork must write in both processes (the locks held across it, the
- * child's pid), gathered on one page: after fork() each page written for
- * the first time costs the child a copy and the parent a fault, in every
- * round of a program's fork+exec loop (issue 17).
+ * What every fork writes in both processes (the locks held across it, the
+ * child's pid) and every program's start writes (the agent's address),
+ * gathered on one page: each page written for the first time costs a fault
+ * (after fork() a copy in the child, a fault in the parent), in every round
+ * of a program's fork+exec loop (issue 17).
  */
-#define SHIM_FORK_STATE __attribute__((section(".data.dmtcp_fork_state")))
+#define SHIM_HOT_DATA __attribute__((section(".data.dmtcp_hot")))
 
 /*
  * The shim's own fds live at the top of the fd table, below the soft

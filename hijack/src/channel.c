@@ -19,7 +19,7 @@
 
 /* DMTCP_AGENT_SOCK as the program was started with it; the address is
  * made of it at each connect (agent_addr.h) */
-static char agent_env[sizeof(((struct sockaddr_un *)0)->sun_path) + 1];
+static char agent_env[sizeof(((struct sockaddr_un *)0)->sun_path) + 1] SHIM_HOT_DATA;
 /* This process's connection, -1 when none.  Kept here, with the link, so
  * that the units that must not touch it (fdowner.c, wrap_fd.c) ask the
  * link, not the checkpoint thread that makes and drops it. */

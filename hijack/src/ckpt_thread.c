@@ -38,7 +38,7 @@ static int first_fd = -1;
  * connection: the agent then never sees that connection close.  Never held
  * while the process is suspended for a checkpoint.
  */
-static pthread_mutex_t conn_lock SHIM_FORK_STATE = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t conn_lock SHIM_HOT_DATA = PTHREAD_MUTEX_INITIALIZER;
 
 /* A process left suspended by a checkpoint whose agent never comes back
  * must not stay frozen for ever: after this much time spent running and
@@ -245,7 +245,7 @@ static int link_mode = LINK_SIGNAL;
 static int serving;   /* 1 while a thread serves the link */
 static int wake_owed; /* the agent asked this process to connect */
 static int link_owed; /* a signal came to a thread that held the gate */
-static pid_t own_pid SHIM_FORK_STATE; /* getpid() at start or fork: a vfork child differs */
+static pid_t own_pid SHIM_HOT_DATA; /* getpid() at start or fork: a vfork child differs */
 static int thread_started;
 
 static int readable(int fd)

@@ -46,7 +46,7 @@ static int requested;     /* 1 while a suspension is wanted */
 static int resume_gen;    /* futex word the stopped threads sleep on */
 static int stopped;       /* threads inside the handler */
 static int suspended;     /* the checkpoint thread's view */
-static pthread_rwlock_t gate SHIM_FORK_STATE = PTHREAD_RWLOCK_INITIALIZER;
+static pthread_rwlock_t gate SHIM_HOT_DATA = PTHREAD_RWLOCK_INITIALIZER;
 static pid_t signalled[MAX_THREADS];
 static int n_signalled;
 
