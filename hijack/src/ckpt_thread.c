@@ -483,7 +483,7 @@ static void atfork_child(void)
         channel_close(channel_agent_fd());
         channel_set_agent_fd(-1);
     }
-    own_pid = (pid_t)syscall(SYS_getpid);
+    own_pid = getpid(); /* (not syscall(): its page of libc would fault in every child) */
     if (serving | wake_owed | link_owed) /* (an untouched page costs nothing) */
         serving = wake_owed = link_owed = 0;
     if (link_mode == LINK_THREAD) {

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "shim.h"
@@ -292,14 +293,21 @@ typedef int (*spawn_fn)(pid_t *pid, const char *file, const posix_spawn_file_act
  * action would end the process.  So it is blocked across exec: it waits,
  * pending, for the new shim, which unblocks it (suspend_init).
  */
+/* (a raw system call on a set made here: sigemptyset, sigaddset and
+ * pthread_sigmask lie on two pages of libc that a forked child would
+ * fault in just for this; only the calling thread's mask changes, as with
+ * pthread_sigmask, and the set holds none of libc's own signals) */
 static void block_reserved(sigset_t *old)
 {
     sigset_t one;
+    const size_t bits = 8 * sizeof(one.__val[0]);
+    int sig = suspend_signal();
 
-    sigemptyset(&one);
-    if (suspend_signal() > 0)
-        sigaddset(&one, suspend_signal());
-    real_pthread_sigmask(SIG_BLOCK, &one, old);
+    memset(&one, 0, sizeof(one));
+    memset(old, 0, sizeof(*old));
+    if (sig > 0)
+        one.__val[(sig - 1) / bits] |= 1UL << ((sig - 1) % bits);
+    syscall(SYS_rt_sigprocmask, SIG_BLOCK, &one, old, _NSIG / 8);
 }
 
 static int unblock_after(int result, const sigset_t *old)
