@@ -6,6 +6,7 @@ program.  The coordinator command itself loads only in the process that
 becomes the coordinator."""
 from __future__ import annotations
 
+import gc
 import os
 
 from dmtcp_py.errors import CoordinatorUnreachable, UserError
@@ -33,10 +34,11 @@ class Starting:
 
     def begin(self, *, sigmask: set[int] | None = None, close: tuple[int, ...] = ()) -> None:
         """Fork this process rather than start a new interpreter: what is
-        already imported is shared (after a launch's agent loaded, nearly
-        all the coordinator needs), and the rest loads in the child while
-        this process goes on.  No other thread may be running.  The child
-        takes sigmask as its signal mask and closes the fds of close."""
+        already imported is shared, and the rest loads in the child while
+        this process goes on (a launch forks it as soon as the program
+        runs, so that it loads beside the agent, on another core).  No
+        other thread may be running.  The child takes sigmask as its signal
+        mask and closes the fds of close."""
         self._port_file = os.path.join(run_dir_name(),
                                        f"port-{os.getpid()}-{os.urandom(4).hex()}")
         args = ["--daemon", "--exit-on-last", "-q", "--coord-port", str(self.port),
@@ -61,9 +63,14 @@ class Starting:
                     _signal.pthread_sigmask(_signal.SIG_SETMASK, sigmask)
                 if self.token:
                     os.environ["DMTCP_COORD_TOKEN"] = self.token
-                # here: a launch that joins a coordinator never loads its modules
+                # here: a launch that joins a coordinator never loads its
+                # modules; the collector's passes over what they make, which
+                # lives as long as the process, would only slow them down
+                gc.disable()
                 from dmtcp_py.cli import coordinator
                 from dmtcp_py.cli.base import run
+                gc.freeze()
+                gc.enable()
                 code = run("dmtcp-coordinator", coordinator.cli, args)
             finally:
                 os._exit(code)

@@ -69,7 +69,7 @@ def launch(a: fastargs.LaunchArgs) -> int:
                           interval=a.interval, token=token, keep=a.keep)
     offered, starting = None, None
     if isinstance(found, Starting):
-        if found.port:  # started once the agent has loaded: it shares its modules
+        if found.port:  # started beside the program and the agent's load (below)
             port, starting = found.port, found
         else:  # any port: the program is told which
             found.begin()
@@ -93,12 +93,16 @@ def launch(a: fastargs.LaunchArgs) -> int:
     except OSError as exc:
         raise CannotExecute(f"cannot run {tree_init()}: {exc.strerror or exc} "
                             "(run `make setup`)") from None
+    if starting is not None:
+        # Forked now, before the agent's loading thread exists: it imports
+        # its modules on the other core while the agent loads its own, rather
+        # than after them (~50 ms of every launch that starts its coordinator)
+        starting.begin(sigmask=started.sigmask, close=(started.listener.fileno(),))
     # a coordinator started here waits for its first tree to exit with its last
     code = early.load_beside(started, AGENT_MODULE, may_leave=not plan.own_coordinator)
     if code is not None:
         return code
     if starting is not None:
-        starting.begin(sigmask=started.sigmask, close=(started.listener.fileno(),))
         try:
             starting.wait()
         except UserError:
@@ -119,8 +123,10 @@ def _run_agent(plan: early.Plan, started: early.Started) -> int:
 
     # What the imports made lives as long as the process: out of the cyclic
     # collector's sight, it is not walked again at every full collection nor
-    # at the interpreter's exit (~20 ms of every launch here).
+    # at the interpreter's exit (~20 ms of every launch here).  The collector
+    # was off while they ran (early.load_beside).
     gc.freeze()
+    gc.enable()
     logs.setup(f"agent-{plan.tree_id}")
     cfg = AgentConfig(coord_host=plan.coord_host, coord_port=plan.coord_port, token=plan.token,
                       ckptdir=Path(plan.ckptdir), tree_id=plan.tree_id,

@@ -36,8 +36,8 @@ void api_init(void (*start_thread)(void))
 
     wants_thread = start_thread;
     enabled = 1;
-    if (dir)
-        strncpy(ckpt_dir, dir, sizeof(ckpt_dir) - 1);
+    if (dir) /* (not strncpy: its padding would write all 4 KiB, at every program's start) */
+        memcpy(ckpt_dir, dir, strnlen(dir, sizeof(ckpt_dir) - 1));
 }
 
 /* checkpoint thread, on SUSPEND: before the threads stop */

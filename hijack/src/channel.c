@@ -19,7 +19,7 @@
 
 /* DMTCP_AGENT_SOCK as the program was started with it; the address is
  * made of it at each connect (agent_addr.h) */
-static char agent_env[sizeof(((struct sockaddr_un *)0)->sun_path) + 1];
+static char agent_env[sizeof(((struct sockaddr_un *)0)->sun_path) + 1] SHIM_HOT_DATA;
 /* This process's connection, -1 when none.  Kept here, with the link, so
  * that the units that must not touch it (fdowner.c, wrap_fd.c) ask the
  * link, not the checkpoint thread that makes and drops it. */
@@ -303,9 +303,13 @@ int channel_tell(uint16_t type, uint64_t arg)
 
 void channel_after_fork_child(void)
 {
-    int fd = __atomic_exchange_n(&tell_fd, -1, __ATOMIC_ACQ_REL);
+    /* (written only when set: an untouched page costs the child nothing) */
+    if (__atomic_load_n(&tell_fd, __ATOMIC_ACQUIRE) >= 0) {
+        int fd = __atomic_exchange_n(&tell_fd, -1, __ATOMIC_ACQ_REL);
 
-    if (fd >= 0)
-        syscall(SYS_close, fd);
-    __atomic_store_n(&telling, 0, __ATOMIC_RELEASE);
+        if (fd >= 0)
+            syscall(SYS_close, fd);
+    }
+    if (__atomic_load_n(&telling, __ATOMIC_ACQUIRE))
+        __atomic_store_n(&telling, 0, __ATOMIC_RELEASE);
 }

@@ -38,7 +38,7 @@ static int first_fd = -1;
  * connection: the agent then never sees that connection close.  Never held
  * while the process is suspended for a checkpoint.
  */
-static pthread_mutex_t conn_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t conn_lock SHIM_HOT_DATA = PTHREAD_MUTEX_INITIALIZER;
 
 /* A process left suspended by a checkpoint whose agent never comes back
  * must not stay frozen for ever: after this much time spent running and
@@ -249,7 +249,7 @@ static int link_mode = LINK_SIGNAL;
 static int serving;   /* 1 while a thread serves the link */
 static int wake_owed; /* the agent asked this process to connect */
 static int link_owed; /* a signal came to a thread that held the gate */
-static pid_t own_pid; /* getpid() at start or fork: a vfork child differs */
+static pid_t own_pid SHIM_HOT_DATA; /* getpid() at start or fork: a vfork child differs */
 static int thread_started;
 
 static int readable(int fd)
@@ -476,7 +476,9 @@ static void atfork_parent(void)
  * checkpoint thread gets one of its own. */
 static void atfork_child(void)
 {
-    pthread_mutex_unlock(&conn_lock);
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+
+    conn_lock = fresh; /* held by this thread, the only one: as unlocked */
     gate_after_fork_child();
     channel_after_fork_child();
     inotify_after_fork_child();
@@ -486,8 +488,9 @@ static void atfork_child(void)
         channel_close(channel_agent_fd());
         channel_set_agent_fd(-1);
     }
-    own_pid = (pid_t)syscall(SYS_getpid);
-    serving = wake_owed = link_owed = 0;
+    own_pid = getpid(); /* (not syscall(): its page of libc would fault in every child) */
+    if (serving | wake_owed | link_owed) /* (an untouched page costs nothing) */
+        serving = wake_owed = link_owed = 0;
     if (link_mode == LINK_THREAD) {
         link_mode = LINK_SIGNAL; /* until the thread takes over */
         first_fd = channel_socket();

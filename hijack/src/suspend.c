@@ -46,7 +46,7 @@ static int requested;     /* 1 while a suspension is wanted */
 static int resume_gen;    /* futex word the stopped threads sleep on */
 static int stopped;       /* threads inside the handler */
 static int suspended;     /* the checkpoint thread's view */
-static pthread_rwlock_t gate = PTHREAD_RWLOCK_INITIALIZER;
+static pthread_rwlock_t gate SHIM_HOT_DATA = PTHREAD_RWLOCK_INITIALIZER;
 static pid_t signalled[MAX_THREADS];
 static int n_signalled;
 
@@ -317,7 +317,11 @@ void gate_after_fork_child(void)
 
     gate = fresh;
     gate_depth = 0;
-    suspended = 0;
-    __atomic_store_n(&requested, 0, __ATOMIC_RELEASE);
-    __atomic_store_n(&stopped, 0, __ATOMIC_RELEASE);
+    /* (written only when set: an untouched page costs the child nothing) */
+    if (suspended)
+        suspended = 0;
+    if (__atomic_load_n(&requested, __ATOMIC_ACQUIRE))
+        __atomic_store_n(&requested, 0, __ATOMIC_RELEASE);
+    if (__atomic_load_n(&stopped, __ATOMIC_ACQUIRE))
+        __atomic_store_n(&stopped, 0, __ATOMIC_RELEASE);
 }

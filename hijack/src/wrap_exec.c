@@ -17,19 +17,31 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "shim.h"
 
 extern char **environ;
 
-/* NAME=value of each variable to keep, captured at start-up. */
+/*
+ * NAME=value of each variable to keep, captured at start-up, and the
+ * paths below: packed one after the other into one pool, so that a
+ * program's start writes one or two pages here rather than a dozen (each
+ * first write costs a page fault, and every exec'd program of the tree
+ * pays it; issue 17's fork+exec loop).  At most ENTRY_MAX bytes each.
+ */
 #define KEPT 12
-static char kept[KEPT][1024];
+#define ENTRY_MAX 1024
+static char pool[(KEPT + 3) * ENTRY_MAX];
+static size_t pool_used;
+static char *kept[KEPT];
+static size_t kept_name_len[KEPT]; /* "NAME=" */
 static int n_kept;
-static char preload_value[1024]; /* our library's path */
-static char ssh_wrapper[1024];   /* dmtcp-ssh, or empty */
-static char srun_wrapper[1024];  /* dmtcp-srun, or empty */
+static const char *preload_value = ""; /* our library's path */
+static size_t preload_len;
+static const char *ssh_wrapper = "";   /* dmtcp-ssh, or empty */
+static const char *srun_wrapper = "";  /* dmtcp-srun, or empty */
 
 static const char *const kept_names[] = {
     DMTCP_ENV_AGENT_SOCK, DMTCP_ENV_SIGCKPT, "DMTCP_COORD_HOST", "DMTCP_COORD_PORT",
@@ -46,6 +58,22 @@ static int dies_with_agent(void)
     return fate_on_now && fate_on_now();
 }
 
+/* a + b, NUL-terminated, into the pool: NULL when it would exceed
+ * ENTRY_MAX (then nothing is kept, as snprintf's truncation was refused) */
+static char *pool_keep(const char *a, size_t a_len, const char *b)
+{
+    size_t b_len = b ? strlen(b) : 0;
+    char *at = pool + pool_used;
+
+    if (a_len + b_len + 1 > ENTRY_MAX || pool_used + a_len + b_len + 1 > sizeof(pool))
+        return NULL;
+    memcpy(at, a, a_len);
+    memcpy(at + a_len, b, b_len);
+    at[a_len + b_len] = '\0';
+    pool_used += a_len + b_len + 1;
+    return at;
+}
+
 /* Our library's path: the loaded object whose segments hold this code
  * (dladdr would also look for the nearest symbol, through the whole
  * symbol table, at every program's start). */
@@ -60,34 +88,101 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *unused)
         uintptr_t start = (uintptr_t)info->dlpi_addr + ph->p_vaddr;
 
         if (ph->p_type == PT_LOAD && here >= start && here - start < ph->p_memsz) {
-            if (info->dlpi_name && info->dlpi_name[0])
-                snprintf(preload_value, sizeof(preload_value), "%s", info->dlpi_name);
+            const char *kept_path;
+
+            if (info->dlpi_name && info->dlpi_name[0]
+                && (kept_path = pool_keep(info->dlpi_name, strlen(info->dlpi_name), NULL))) {
+                preload_value = kept_path;
+                preload_len = strlen(kept_path);
+            }
             return 1;
         }
     }
     return 0;
 }
 
+/* (no snprintf here: its first call in a process touches a dozen pages of
+ * libc, which every exec'd program would pay) */
 void exec_env_capture(int (*fate)(void))
 {
-    fate_on_now = fate;
+    const char *v;
 
+    fate_on_now = fate;
     for (size_t i = 0; i < sizeof(kept_names) / sizeof(kept_names[0]) && n_kept < KEPT; i++) {
-        const char *v = getenv(kept_names[i]);
-        if (v && (size_t)snprintf(kept[n_kept], sizeof(kept[0]), "%s=%s", kept_names[i], v)
-                     < sizeof(kept[0]))
-            n_kept++;
+        char name_eq[64];
+        size_t len = strlen(kept_names[i]);
+
+        v = getenv(kept_names[i]);
+        if (v == NULL || len + 2 > sizeof(name_eq))
+            continue;
+        memcpy(name_eq, kept_names[i], len);
+        name_eq[len] = '=';
+        if ((kept[n_kept] = pool_keep(name_eq, len + 1, v)) != NULL)
+            kept_name_len[n_kept++] = len + 1;
     }
     dl_iterate_phdr(find_self, NULL);
-    if (getenv("DMTCP_SSH_WRAPPER"))
-        snprintf(ssh_wrapper, sizeof(ssh_wrapper), "%s", getenv("DMTCP_SSH_WRAPPER"));
-    if (getenv("DMTCP_SRUN_WRAPPER"))
-        snprintf(srun_wrapper, sizeof(srun_wrapper), "%s", getenv("DMTCP_SRUN_WRAPPER"));
+    if ((v = getenv("DMTCP_SSH_WRAPPER")) && (v = pool_keep(v, strlen(v), NULL)))
+        ssh_wrapper = v;
+    if ((v = getenv("DMTCP_SRUN_WRAPPER")) && (v = pool_keep(v, strlen(v), NULL)))
+        srun_wrapper = v;
+}
+
+/*
+ * The string helpers of the fork+exec path are the shim's own: between
+ * fork and exec every libc page touched for the first time costs the
+ * child a page fault (a forked child maps libc's code anew), and every
+ * libc function the shim calls there for the first time is bound there,
+ * in each child, by the lazy binder.
+ */
+static int has_prefix(const char *s, const char *prefix, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (s[i] != prefix[i])
+            return 0;
+    return 1;
+}
+
+static int same_string(const char *a, const char *b)
+{
+    while (*a && *a == *b)
+        a++, b++;
+    return *a == *b;
+}
+
+static const char *base_name(const char *path)
+{
+    const char *base = path;
+
+    for (; *path; path++)
+        if (*path == '/')
+            base = path + 1;
+    return base;
+}
+
+/* dst = the parts, up to a NULL one, one after the other (NUL-terminated,
+ * cut to size) */
+static void join(char *dst, size_t size, const char *const parts[])
+{
+    size_t n = 0;
+
+    for (int p = 0; parts[p]; p++)
+        for (const char *s = parts[p]; *s && n + 1 < size; s++)
+            dst[n++] = *s;
+    dst[n] = '\0';
+}
+
+/* whether the colon-separated list holds path as one of its entries, or
+ * (as libc's strstr said before) anywhere in it */
+static int list_holds(const char *list, const char *path, size_t len)
+{
+    if (has_prefix(list, path, len) && (list[len] == ':' || list[len] == '\0'))
+        return 1; /* the usual case: the shim first */
+    return strstr(list, path) != NULL;
 }
 
 static int name_is(const char *entry, const char *name_eq, size_t len)
 {
-    return strncmp(entry, name_eq, len) == 0;
+    return has_prefix(entry, name_eq, len);
 }
 
 static size_t env_len(char *const *envp)
@@ -116,10 +211,8 @@ static char **reassert(char *const *envp, char **out, char *preload_buf, size_t 
         int ours = name_is(envp[i], "LD_PRELOAD=", 11)
                    || name_is(envp[i], DMTCP_ENV_FATE "=", sizeof(DMTCP_ENV_FATE));
 
-        for (int k = 0; k < n_kept && !ours; k++) {
-            size_t len = (size_t)(strchr(kept[k], '=') - kept[k]) + 1;
-            ours = name_is(envp[i], kept[k], len);
-        }
+        for (int k = 0; k < n_kept && !ours; k++)
+            ours = name_is(envp[i], kept[k], kept_name_len[k]);
         if (name_is(envp[i], "LD_PRELOAD=", 11))
             their_preload = envp[i] + 11;
         if (!ours)
@@ -130,12 +223,13 @@ static char **reassert(char *const *envp, char **out, char *preload_buf, size_t 
     if (dies_with_agent())
         out[n++] = fate_on;
     if (preload_value[0]) {
-        if (their_preload && strstr(their_preload, preload_value))
-            snprintf(preload_buf, buf_len, "LD_PRELOAD=%s", their_preload);
+        if (their_preload && list_holds(their_preload, preload_value, preload_len))
+            join(preload_buf, buf_len, (const char *const[]){ "LD_PRELOAD=", their_preload, NULL });
         else if (their_preload && their_preload[0])
-            snprintf(preload_buf, buf_len, "LD_PRELOAD=%s:%s", preload_value, their_preload);
+            join(preload_buf, buf_len, (const char *const[]){ "LD_PRELOAD=", preload_value, ":",
+                                                              their_preload, NULL });
         else
-            snprintf(preload_buf, buf_len, "LD_PRELOAD=%s", preload_value);
+            join(preload_buf, buf_len, (const char *const[]){ "LD_PRELOAD=", preload_value, NULL });
         out[n++] = preload_buf;
     }
     out[n] = NULL;
@@ -159,12 +253,11 @@ static int env_set(char *const *envp, const char *name_eq, size_t len)
  */
 static const char *wrapper_for(const char *path, char *const *envp)
 {
-    const char *base = strrchr(path, '/');
+    const char *base = base_name(path);
 
-    base = base ? base + 1 : path;
-    if (ssh_wrapper[0] && strcmp(base, "ssh") == 0)
+    if (ssh_wrapper[0] && same_string(base, "ssh"))
         return env_set(envp, "DMTCP_SSH_DIRECT=", 17) ? NULL : ssh_wrapper;
-    if (srun_wrapper[0] && strcmp(base, "srun") == 0)
+    if (srun_wrapper[0] && same_string(base, "srun"))
         return env_set(envp, "DMTCP_SRUN_DIRECT=", 18) ? NULL : srun_wrapper;
     return NULL;
 }
@@ -200,14 +293,21 @@ typedef int (*spawn_fn)(pid_t *pid, const char *file, const posix_spawn_file_act
  * action would end the process.  So it is blocked across exec: it waits,
  * pending, for the new shim, which unblocks it (suspend_init).
  */
+/* (a raw system call on a set made here: sigemptyset, sigaddset and
+ * pthread_sigmask lie on two pages of libc that a forked child would
+ * fault in just for this; only the calling thread's mask changes, as with
+ * pthread_sigmask, and the set holds none of libc's own signals) */
 static void block_reserved(sigset_t *old)
 {
     sigset_t one;
+    const size_t bits = 8 * sizeof(one.__val[0]);
+    int sig = suspend_signal();
 
-    sigemptyset(&one);
-    if (suspend_signal() > 0)
-        sigaddset(&one, suspend_signal());
-    real_pthread_sigmask(SIG_BLOCK, &one, old);
+    memset(&one, 0, sizeof(one));
+    memset(old, 0, sizeof(*old));
+    if (sig > 0)
+        one.__val[(sig - 1) / bits] |= 1UL << ((sig - 1) % bits);
+    syscall(SYS_rt_sigprocmask, SIG_BLOCK, &one, old, _NSIG / 8);
 }
 
 static int unblock_after(int result, const sigset_t *old)
@@ -351,8 +451,8 @@ static void repair_environ(void)
     const char *cur;
 
     for (int k = 0; k < n_kept; k++) {
-        char *eq = strchr(kept[k], '=');
-        size_t len = (size_t)(eq - kept[k]);
+        char *eq = kept[k] + kept_name_len[k] - 1;
+        size_t len = kept_name_len[k] - 1;
         char name[64];
 
         if (len >= sizeof(name))

@@ -28,6 +28,7 @@ at the end; only processes started here are killed, by pid.  Coordinators
 use ports 7900-7949.
 
     .venv/bin/python scripts/bench/bench_overhead.py [--runs 5] [--startup-only]
+        [--workloads forkexec,threads]   (only these run-time workloads, no start-up)
 """
 from __future__ import annotations
 
@@ -110,11 +111,12 @@ def joined(port: int, ws: bc.Workspace) -> list[str]:
     return [str(bc.BIN / "dmtcp-launch"), "-j", "-p", str(port), "--ckptdir", str(ws.base)]
 
 
-def measure_runtime(ws: bc.Workspace, program: Path, port: int, runs: int) -> list[Row]:
-    native = {w.name: [] for w in WORKLOADS}
-    ours = {w.name: [] for w in WORKLOADS}
+def measure_runtime(ws: bc.Workspace, program: Path, port: int, runs: int,
+                    workloads: tuple[Workload, ...] = WORKLOADS) -> list[Row]:
+    native = {w.name: [] for w in workloads}
+    ours = {w.name: [] for w in workloads}
     for index in range(runs):
-        for w in WORKLOADS:
+        for w in workloads:
             argv = [str(program), w.name, str(w.count)]
             o, n = bc.in_order(index % 2 == 1, lambda: loop_seconds(joined(port, ws) + argv),
                                lambda: loop_seconds(argv))
@@ -123,7 +125,7 @@ def measure_runtime(ws: bc.Workspace, program: Path, port: int, runs: int) -> li
             progress(f"  run {index + 1}/{runs} {w.name}: native {n:.3f} s, ours {o:.3f} s")
     return [Row("run-time overhead", f"{w.what} ({w.count:,} rounds)", ours[w.name],
                 native[w.name], "same program natively", "s", w.target)
-            for w in WORKLOADS]
+            for w in workloads]
 
 
 def measure_startup(ws: bc.Workspace, port: int, runs: int) -> list[Row]:
@@ -156,16 +158,31 @@ def measure_startup(ws: bc.Workspace, port: int, runs: int) -> list[Row]:
                 Target(0.0, STATUS_LIMIT, f"≤ {STATUS_LIMIT * 1e3:.0f} ms"))]
 
 
-def measure(ws: bc.Workspace, runs: int, startup_only: bool = False) -> list[Row]:
+def measure(ws: bc.Workspace, runs: int, startup_only: bool = False,
+            workloads: tuple[Workload, ...] | None = None) -> list[Row]:
+    """workloads: only these run-time rows (and no start-up ones)."""
     port = start_coordinator(ws)
     rows = []
     if not startup_only:
         program = compile_program(ws)
         progress("run-time overhead: native against dmtcp-launch --join")
-        rows += measure_runtime(ws, program, port, runs)
-    progress("start-up: /bin/true against dmtcp-launch /bin/true, python against dmtcp-command -s")
-    rows += measure_startup(ws, port, 2 * runs)
+        rows += measure_runtime(ws, program, port, runs, workloads or WORKLOADS)
+    if workloads is None:
+        progress("start-up: /bin/true against dmtcp-launch /bin/true, "
+                 "python against dmtcp-command -s")
+        rows += measure_startup(ws, port, 2 * runs)
     return rows
+
+
+def chosen_workloads(spec: str) -> tuple[Workload, ...]:
+    """--workloads a,b: those of WORKLOADS; ValueError naming what is unknown."""
+    by_name = {w.name: w for w in WORKLOADS}
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in by_name]
+    if unknown or not names:
+        raise ValueError(f"unknown workload {', '.join(unknown) or repr(spec)} "
+                         f"(choose from {', '.join(by_name)})")
+    return tuple(by_name[n] for n in dict.fromkeys(names))
 
 
 def main() -> int:
@@ -173,12 +190,24 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=5, help="runs of each workload")
     p.add_argument("--startup-only", action="store_true",
                    help="only the start-up rows (2 x --runs of each)")
+    p.add_argument("--workloads", metavar="NAME,...",
+                   help="only these run-time workloads, no start-up rows "
+                        f"({', '.join(w.name for w in WORKLOADS)})")
     args = p.parse_args()
     if args.runs < 1:
         p.error("--runs must be at least 1")
+    workloads = None
+    if args.workloads is not None:
+        if args.startup_only:
+            p.error("--workloads and --startup-only exclude each other")
+        try:
+            workloads = chosen_workloads(args.workloads)
+        except ValueError as exc:
+            p.error(str(exc))
     ws = Workspace()
     return bc.run_guarded("bench_overhead", ws,
-                          lambda: report.markdown(measure(ws, args.runs, args.startup_only)),
+                          lambda: report.markdown(measure(ws, args.runs, args.startup_only,
+                                                          workloads)),
                           TIME_BUDGET)
 
 

@@ -10,9 +10,11 @@ import re
 import signal
 import subprocess
 
+import psutil
 import pytest
 
 from tests.e2e.harness import TIMEOUT, tool, wait_for
+from tests.e2e.test_bad_input import free_port, listening
 
 
 def _launch(comp, *argv: str, env: dict | None = None, **kw) -> subprocess.Popen:
@@ -87,3 +89,28 @@ def test_nothing_heavy_runs_before_the_program(comp):
     loaded = set(res.stdout.split())
     assert "dmtcp_py.agent.early" in loaded
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+
+
+def _end_listener(port: int) -> None:
+    """The process listening on port, if any is left, killed by its pid."""
+    for conn in psutil.net_connections("tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid:
+            os.kill(conn.pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("script, code", [("true", 0), ("exit 7", 7)])
+def test_a_program_that_ends_at_once_under_its_own_coordinator_gives_its_status(
+        tmp_path, no_strays, script, code):
+    """A launch that starts its coordinator forks it as the program starts,
+    beside the agent's load: a program that ends before either is up still
+    gives its status, and that coordinator exits with it."""
+    port = free_port()
+    try:
+        res = subprocess.run([tool("dmtcp-launch"), "-p", str(port), "--ckptdir", str(tmp_path),
+                              "sh", "-c", script], stdin=subprocess.DEVNULL,
+                             capture_output=True, timeout=TIMEOUT)
+        assert res.returncode == code, res.stderr
+        assert res.stderr == b""
+        wait_for(lambda: not listening(port), what="the coordinator to exit")
+    finally:
+        _end_listener(port)
