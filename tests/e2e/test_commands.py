@@ -29,8 +29,9 @@ def test_launch_starts_a_coordinator_that_exits_with_the_program(tmp_path, progr
     out = tmp_path / "out"
     with open(out, "w") as o:
         proc = subprocess.Popen([tool("dmtcp-launch"), "-p", str(port), "--ckptdir", str(tmp_path),
-                                 *programs["counter_single"], "40", "20"],
+                                 *programs["counter_single"], "150", "20"],
                                 stdin=subprocess.DEVNULL, stdout=o, stderr=subprocess.PIPE)
+    # 3 s of ticks: under load, a shorter program ended before the -bc came
     wait_for(lambda: last_tick(out) >= 5, what="the program")
     # the program starts first; its coordinator and agent come up beside it
     wait_for(lambda: listening(port), what="its coordinator")
@@ -41,7 +42,7 @@ def test_launch_starts_a_coordinator_that_exits_with_the_program(tmp_path, progr
     assert proc.wait(timeout=TIMEOUT) == 0
     assert proc.stderr.read() == b""
     proc.stderr.close()
-    assert out.read_text().splitlines()[-1].startswith("done 40")
+    assert out.read_text().splitlines()[-1].startswith("done 150")
     wait_for(lambda: not listening(port), what="the coordinator to exit")
     assert len(list(tmp_path.glob("ckpt_counter_single_*.dmtcp"))) == 1
     assert (tmp_path / "dmtcp_restart_script.sh").exists()
@@ -98,6 +99,7 @@ def test_images_go_to_the_coordinators_ckptdir_by_default(comp, programs, tmp_pa
 def test_kcheckpoint_stops_after_the_dump_and_restarts(comp, programs):
     proc, out = comp.launch(*programs["counter_single"], "100000", "20")
     comp.wait_peers(1)
+    # 3 s of ticks: under load, a shorter program ended before the -bc came
     wait_for(lambda: last_tick(out) >= 5, what="the program")
     done = comp.command("-kc").stdout
     assert "computation stopped" in done
@@ -122,6 +124,7 @@ def test_coordinator_exit_after_ckpt(tmp_path, programs, no_strays):
         proc = subprocess.Popen([tool("dmtcp-launch"), "--join", "-p", port,
                                  *programs["counter_single"], "100000", "20"],
                                 stdin=subprocess.DEVNULL, stdout=o)
+    # 3 s of ticks: under load, a shorter program ended before the -bc came
     wait_for(lambda: last_tick(out) >= 5, what="the program")
     wait_for(lambda: _peers(int(port)) > 0, what="the tree to join its coordinator")
     subprocess.run([tool("dmtcp-command"), "-p", port, "-c"], check=True, capture_output=True,
