@@ -3,7 +3,7 @@
 Apart from start.py so that dmtcp-restart can begin it before the agent's
 own modules load (asyncio, the protocol's messages: ~100 ms here): when
 nothing the restore needs comes from the coordinator, CRIU restores while
-they load (cli/restart.py says when).  Either way the tree stays stopped in
+they load (cli/restarting.py says when).  Either way the tree stays stopped in
 its shims until its agent has joined and the round releases it; start.py
 finishes the restore in the agent's loop.
 """

@@ -1,4 +1,4 @@
-"""The usual command lines of dmtcp-launch and of `dmtcp-command -s/-l`,
+"""The usual command lines of dmtcp-launch, dmtcp-restart and of `dmtcp-command -s/-l`,
 read without click (whose import alone takes about 20 ms, a third of what
 those commands may take in all).  Anything else (--help, --version, a
 value to complain about, an option these do not know) gives None, and the
@@ -120,66 +120,127 @@ def _keep(text: str | None) -> int | None:
     return int(text)
 
 
-def launch_args(words: list[str]) -> LaunchArgs | None:
-    where = Coordinates()
-    if where.port is None:
-        return None
-    join = new = False
-    ckptdir = None
-    interval: float | str | None = None
-    if os.environ.get("DMTCP_CHECKPOINT_INTERVAL"):
-        interval = _interval(os.environ["DMTCP_CHECKPOINT_INTERVAL"])
-        if interval is None:
-            return None
-    gzip, incremental = _flag_env("DMTCP_GZIP"), _flag_env("DMTCP_INCREMENTAL")
-    if gzip is None or incremental is None:
-        return None
-    keep = None
-    if os.environ.get("DMTCP_KEEP"):
-        keep = _keep(os.environ["DMTCP_KEEP"])
-        if keep is None:
-            return None
-    line = _Line(words)
+def _options(line: _Line, where: Coordinates, flags: dict[str, tuple[str, object]],
+             valued: dict[str, tuple[str, object]], got: dict) -> bool:
+    """Read options up to the first word that is not one into got: a flag
+    sets its dest to its value, a valued option its dest to convert(text).
+    False: the line is click's (an option not known here, a value for a
+    flag, a value convert refuses, --help, --version)."""
     while (found := line.next_option()) is not None:
         option, inline = found
         taken = where.take(line, option, inline)
         if taken is None:
-            return None
+            return False
         if taken:
             continue
-        if inline is not None and option in ("-j", "--join", "--new-coordinator",
-                                             "--gzip", "--no-gzip", "--incremental",
-                                             "--no-incremental"):
-            return None  # a value for a flag: click's to refuse
-        if option in ("-j", "--join"):
-            join = True
-        elif option == "--new-coordinator":
-            new = True
-        elif option in ("--gzip", "--no-gzip"):
-            gzip = option == "--gzip"
-        elif option in ("--incremental", "--no-incremental"):
-            incremental = option == "--incremental"
-        elif option == "--keep":
-            keep = _keep(line.value(inline))
-            if keep is None:
-                return None
-        elif option == "--ckptdir":
-            ckptdir = line.value(inline)
-            if ckptdir is None:
-                return None
-        elif option in ("-i", "--interval"):
+        if option in flags:
+            if inline is not None:
+                return False  # a value for a flag: click's to refuse
+            dest, value = flags[option]
+            got[dest] = value
+        elif option in valued:
+            dest, convert = valued[option]
             text = line.value(inline)
-            interval = _interval(text) if text is not None else None
-            if interval is None:
-                return None
+            value = convert(text) if text is not None else None
+            if value is None:
+                return False
+            got[dest] = value
         else:
-            return None  # --help, --version, or one to complain about
+            return False
+    return True
+
+
+def _text(text: str) -> str | None:
+    return text or None
+
+
+def _generation(text: str) -> int | None:
+    """--generation N: N >= 1; None: click's to refuse."""
+    n = _keep(text)
+    return n if n else None
+
+
+# what dmtcp-launch and dmtcp-restart share (common.py's options)
+_CHOICE_FLAGS = {"-j": ("join", True), "--join": ("join", True),
+                 "--new-coordinator": ("new_coordinator", True),
+                 "--gzip": ("gzip", True), "--no-gzip": ("gzip", False),
+                 "--incremental": ("incremental", True),
+                 "--no-incremental": ("incremental", False)}
+_CHOICE_VALUED = {"--keep": ("keep", _keep), "--ckptdir": ("ckptdir", _text)}
+
+
+def _from_environment() -> dict | None:
+    """What the environment says for the options above; None: click's to refuse."""
+    gzip, incremental = _flag_env("DMTCP_GZIP"), _flag_env("DMTCP_INCREMENTAL")
+    if gzip is None or incremental is None:
+        return None
+    got = {"join": False, "new_coordinator": False, "ckptdir": None, "gzip": gzip,
+           "incremental": incremental, "keep": None}
+    if os.environ.get("DMTCP_KEEP"):
+        got["keep"] = _keep(os.environ["DMTCP_KEEP"])
+        if got["keep"] is None:
+            return None
+    return got
+
+
+def launch_args(words: list[str]) -> LaunchArgs | None:
+    where = Coordinates()
+    got = _from_environment()
+    if where.port is None or got is None:
+        return None
+    got["interval"] = None
+    if os.environ.get("DMTCP_CHECKPOINT_INTERVAL"):
+        got["interval"] = _interval(os.environ["DMTCP_CHECKPOINT_INTERVAL"])
+        if got["interval"] is None:
+            return None
+    line = _Line(words)
+    valued = {**_CHOICE_VALUED, "-i": ("interval", _interval), "--interval": ("interval", _interval)}
+    if not _options(line, where, _CHOICE_FLAGS, valued, got):
+        return None
     rest = line.rest()
     if not rest:
         return None  # no program: click says so
-    return LaunchArgs(host=where.host, port=where.port, join=join, new_coordinator=new,
-                      ckptdir=ckptdir, interval=interval, gzip=gzip, program=rest[0],
-                      args=rest[1:], keep=keep, incremental=incremental)
+    return LaunchArgs(host=where.host, port=where.port, program=rest[0], args=rest[1:], **got)
+
+
+class RestartArgs:
+    """What dmtcp-restart was asked, as its click command reads it too."""
+
+    def __init__(self, *, host: str, port: int, join: bool, new_coordinator: bool,
+                 ckptdir: str | None, gzip: bool, incremental: bool, keep: int | None,
+                 any_owner: bool, allow_changed_files: bool, lazy: bool,
+                 generation: int | None, images: list[str]) -> None:
+        self.host, self.port = host, port
+        self.join, self.new_coordinator = join, new_coordinator
+        self.ckptdir, self.gzip, self.incremental, self.keep = ckptdir, gzip, incremental, keep
+        self.any_owner, self.allow_changed_files = any_owner, allow_changed_files
+        self.lazy, self.generation = lazy, generation
+        self.images = images
+
+
+def restart_args(words: list[str]) -> RestartArgs | None:
+    where = Coordinates()
+    got = _from_environment()
+    if where.port is None or got is None:
+        return None
+    got.update(any_owner=False, allow_changed_files=False, lazy=False, generation=None)
+    flags = {**_CHOICE_FLAGS, "--any-owner": ("any_owner", True),
+             "--allow-changed-files": ("allow_changed_files", True), "--lazy": ("lazy", True)}
+    valued = {**_CHOICE_VALUED, "--generation": ("generation", _generation)}
+    if "--" in words:
+        return None  # what follows is images only: click's
+    images: list[str] = []
+    line = _Line(words)
+    while True:  # click takes options between the images too
+        if not _options(line, where, flags, valued, got):
+            return None
+        if line.at >= len(line.words):
+            break
+        images.append(line.words[line.at])
+        line.at += 1
+    if not images:
+        return None  # click says that IMAGE is missing
+    return RestartArgs(host=where.host, port=where.port, images=images, **got)
 
 
 class StatusArgs:
@@ -190,30 +251,18 @@ class StatusArgs:
         self.listing, self.as_json = listing, as_json
 
 
+_STATUS_FLAGS = {"-s": ("status", True), "--status": ("status", True),
+                 "-l": ("list", True), "--list": ("list", True), "--json": ("json", True)}
+
+
 def status_args(words: list[str]) -> StatusArgs | None:
     where = Coordinates()
     if where.port is None:
         return None
-    actions: set[str] = set()
-    as_json = False
+    got = {"status": False, "list": False, "json": False}
     line = _Line(words)
-    while (found := line.next_option()) is not None:
-        option, inline = found
-        taken = where.take(line, option, inline)
-        if taken is None:
-            return None
-        if taken:
-            continue
-        if inline is not None:
-            return None
-        if option in ("-s", "--status"):
-            actions.add("status")
-        elif option in ("-l", "--list"):
-            actions.add("list")
-        elif option == "--json":
-            as_json = True
-        else:
-            return None
-    if line.rest() or len(actions) != 1:
+    if not _options(line, where, _STATUS_FLAGS, {}, got):
         return None
-    return StatusArgs(where.host, where.port, actions == {"list"}, as_json)
+    if line.rest() or got["status"] == got["list"]:
+        return None
+    return StatusArgs(where.host, where.port, got["list"], got["json"])

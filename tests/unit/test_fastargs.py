@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dmtcp_py.cli import fastargs, launch_click
+from dmtcp_py.cli import fastargs, launch_click, restart_click
 
 ENV = ("DMTCP_COORD_HOST", "DMTCP_COORD_PORT", "DMTCP_CHECKPOINT_INTERVAL", "DMTCP_GZIP",
        "DMTCP_KEEP", "DMTCP_INCREMENTAL")
@@ -90,3 +90,39 @@ def test_status_lines(words, listing, as_json, port):
 ])
 def test_other_commands_are_left_to_click(words):
     assert fastargs.status_args(words) is None
+
+
+def _restart_by_click(monkeypatch, words: list[str]) -> dict:
+    """What the click command hands to restart() for words."""
+    seen = {}
+    monkeypatch.setattr(restart_click, "restart", lambda a: seen.update(vars(a)) or 0)
+    restart_click.cli.main(args=words, prog_name="dmtcp-restart", standalone_mode=False)
+    return seen
+
+
+@pytest.mark.parametrize("words", [
+    ["ckpt_a.dmtcp"],
+    ["-p", "7001", "-j", "a", "b"],
+    ["a", "--lazy", "--coord-port=7002", "b", "--any-owner"],
+    ["--new-coordinator", "--ckptdir", "/c", "--gzip", "--keep=2", "a"],
+    ["--generation", "3", "--allow-changed-files", "--no-incremental", "a"],
+    ["-h", "h1", "--incremental", "--no-gzip", "--generation=1", "a"],
+])
+def test_restart_same_as_click(monkeypatch, words):
+    fast = fastargs.restart_args(words)
+    assert fast is not None
+    assert vars(fast) == _restart_by_click(monkeypatch, words)
+
+
+def test_restart_environment_same_as_click(monkeypatch):
+    for name, value in {"DMTCP_COORD_PORT": "7100", "DMTCP_GZIP": "1", "DMTCP_KEEP": "4"}.items():
+        monkeypatch.setenv(name, value)
+    assert vars(fastargs.restart_args(["a"])) == _restart_by_click(monkeypatch, ["a"])
+
+
+@pytest.mark.parametrize("words", [
+    [], ["--help"], ["--version"], ["--generation", "0", "a"], ["--generation", "x", "a"],
+    ["--lazy=1", "a"], ["--bogus", "a"], ["-p"], ["--", "-a"], ["--keep", "-1", "a"],
+])
+def test_unusual_restart_lines_are_left_to_click(words):
+    assert fastargs.restart_args(words) is None

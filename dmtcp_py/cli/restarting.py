@@ -1,0 +1,166 @@
+"""What dmtcp-restart does, however its command line was read.
+
+Restarting one tree under a coordinator it starts itself, with no
+sockets to make again, CRIU restores while the agent's modules load
+(agent/restoring.py): they are imported only once it runs.
+"""
+from __future__ import annotations
+
+import gc
+import importlib
+import os
+import pwd
+import sys
+from pathlib import Path
+
+from dmtcp_py import criu_access
+from dmtcp_py.agent import stdio
+from dmtcp_py.agent.config import AgentConfig
+from dmtcp_py.agent.restoring import Restore
+from dmtcp_py.cli import fastargs
+from dmtcp_py.cli.coordinators import Starting, exit_code, find_or_start
+from dmtcp_py.errors import UserError
+from dmtcp_py.images import integrity, manifest, shared_files, store
+from dmtcp_py.tokens import resolve_token
+
+
+def restart(a: fastargs.RestartArgs) -> int:
+    """Restart the trees in a.images, of one computation; the exit code."""
+    coord_host, coord_port, join, new_coordinator = a.host, a.port, a.join, a.new_coordinator
+    ckptdir, gzip, incremental, keep, lazy = a.ckptdir, a.gzip, a.incremental, a.keep, a.lazy
+    images, generation = a.images, a.generation
+    if (why := criu_access.problem()) is not None:
+        raise UserError(f"cannot restore: {why}")
+    if generation is not None:
+        images = [_of_generation(Path(i), generation) for i in images]
+    loaded = [(Path(i).resolve(), manifest.load(Path(i))) for i in images]
+    comps = {m.comp_id for _, m in loaded}
+    if len(comps) > 1:
+        raise UserError("the images belong to different computations: " + ", ".join(sorted(comps)))
+    gens = {m.generation for _, m in loaded}
+    if len(gens) > 1:
+        raise UserError(f"the images are of different generations ({sorted(gens)}); "
+                        "restart one generation")
+    for _, m in loaded:
+        stdio.check_restartable(m.stdio)
+    trees = {m.tree_id for _, m in loaded}
+    if len(trees) < len(loaded):
+        raise UserError("the same tree is given twice")
+    if not a.any_owner:
+        for image, _ in loaded:
+            _check_owner(image)
+    # every byte as published before anything is written or started; the
+    # memory pages are checked by each agent while CRIU restores them
+    checks = [(image, *integrity.expected(m)) for image, m in loaded]
+    integrity.verify_all([(image, algorithm, integrity.split(digests)[0])
+                          for image, algorithm, digests in checks])
+    if not a.allow_changed_files:
+        _check_read_only_files([e for _, m in loaded for e in m.shared_files])
+    found = find_or_start(coord_host, coord_port, join=join, new=new_coordinator, keep=keep)
+    begun = None
+    if isinstance(found, Starting):
+        if len(loaded) == 1 and not loaded[0][1].sockets:
+            # a fresh coordinator refuses no tree: nothing is put back
+            # for a restart it then turns down
+            begun = Restore(*loaded[0], lazy=lazy)
+            begun.prepare()
+        found.begin()  # (a fork: before the restore's threads)
+        if begun is not None:
+            begun.begin()
+            _import_agent()  # while CRIU restores and the coordinator starts
+        try:
+            port = found.wait()
+        except UserError:
+            if begun is not None:
+                begun.abandon()
+            raise
+    else:
+        found.close()
+        port = coord_port
+    token = resolve_token(port)
+
+    def config(image: Path, m: manifest.Manifest) -> AgentConfig:
+        from dmtcp_py.agent.tree_work import home_dir
+        return AgentConfig(coord_host=coord_host, coord_port=port, token=token,
+                           ckptdir=Path(ckptdir).resolve() if ckptdir else home_dir(image),
+                           tree_id=m.tree_id, program=m.program, argv=m.argv,
+                           image=image, manifest=m, compress=gzip, lazy=lazy, keep=keep,
+                           incremental=incremental)
+
+    if len(loaded) == 1:
+        return _agent(config(*loaded[0]), begun)
+    from dmtcp_py.agent.runner import import_checkpoint_modules
+    # one agent process per tree, each the parent of its own restored tree.
+    # What every agent needs is imported once, here, before they fork: each
+    # importing CRIU's bindings (and then pyroute2) by itself cost ~100 ms of
+    # CPU per tree, most of a many-tree restart on a small host.
+    import_checkpoint_modules()
+    gc.freeze()
+    children = []
+    for image, m in loaded:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = _agent(config(image, m))
+            except UserError as exc:
+                print(f"dmtcp-restart: error: {exc}", file=sys.stderr)
+            finally:
+                os._exit(code)
+        children.append(pid)
+    worst = 0
+    for pid in children:
+        _, status = os.waitpid(pid, 0)
+        code = exit_code(os.waitstatus_to_exitcode(status))
+        worst = worst or code
+    return worst
+
+
+def _check_owner(image: Path) -> None:
+    """An image is code and data we will run: another user's is refused."""
+    me = os.geteuid()
+    for path in (image, *image.iterdir()):
+        owner = path.lstat().st_uid
+        if owner != me:
+            try:
+                name = pwd.getpwuid(owner).pw_name
+            except KeyError:
+                name = f"uid {owner}"
+            raise UserError(f"{path} belongs to {name}, not to us: not restarting it "
+                            "(--any-owner to restart it anyway)")
+
+
+def _check_read_only_files(entries: list[dict]) -> None:
+    """Files the program maps but only reads are not in the image: a changed
+    one would show the restored program other bytes than it had (or make
+    CRIU fail on its size), so it is refused, naming the file."""
+    try:
+        problems = shared_files.changed_files(entries)
+    except (KeyError, TypeError, AttributeError):
+        raise UserError("an image's manifest is corrupt: bad shared_files entry") from None
+    if problems:
+        shown = "; ".join(problems[:3])
+        more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+        raise UserError(f"{shown}{more}: the restored program maps it and would "
+                        "see other bytes; --allow-changed-files to restart anyway")
+
+
+def _import_agent() -> None:
+    importlib.import_module("dmtcp_py.agent.runner")  # what the agent is made of
+
+
+def _agent(cfg: AgentConfig, begun: Restore | None = None) -> int:
+    import asyncio
+
+    from dmtcp_py import logs
+    from dmtcp_py.agent.runner import Agent
+    logs.setup(f"agent-{cfg.tree_id}-restart-{os.getpid()}")
+    return exit_code(asyncio.run(Agent(cfg, begun=begun).run()))
+
+
+def _of_generation(image: Path, generation: int) -> Path:
+    found = store.find_generation(image, generation)
+    if found is None:
+        raise UserError(f"no generation {generation} of {image} (neither it nor "
+                        f"{image.name}.gen-{generation} holds it)")
+    return found
