@@ -71,7 +71,7 @@ class Restore:
         self.init_dir: str | None = None  # the tree's init's working directory, if made
         self.handover: stdio.Handover | None = None
         self.lazy = False
-        self.pages: Future | None = None   # the memory pages checked (None: all good)
+        self.pages: Future | None = None   # the memory pages checked (result None: all good)
         self.pager: criu_driver.LazyPages | None = None
         self._readable = None              # chunks.readable(), open while CRIU reads
         self._criu: criu_driver.Restoring | None = None
@@ -90,7 +90,10 @@ class Restore:
 
     def begin(self) -> None:
         """CRIU restores in a process of its own and the pages are checked
-        in a thread: both run on when this returns."""
+        in a thread: both run on when this returns.  (Restoring lazily, the
+        check waits for check_pages(): the program runs before it ends
+        anyway, and meanwhile the agent and the coordinator it waits for
+        have the CPU.)"""
         m, image = self.m, self.image
         self.handover = stdio.prepare(m.stdio, run_dir())
         self.lazy = self.wants_lazy and not compress.is_packed(image)
@@ -102,18 +105,6 @@ class Restore:
             work = work / f"lazy-{m.tree_id}-{os.getpid()}"
             work.mkdir(mode=0o700, exist_ok=True)
         log_path = work / f"criu-restore-{m.tree_id}-{os.getpid()}.log"
-        # the memory pages are checked while CRIU restores them (the rest
-        # was, before the restart began): the restored processes stay
-        # stopped in their shims until the round releases them, which waits
-        # for this; a lazy restart lets the program run on while they are
-        # checked
-        algorithm, digests = integrity.expected(m)
-        checker = ThreadPoolExecutor(1, thread_name_prefix="pages")
-        self.pages = checker.submit(
-            integrity.verify, image, integrity.split(digests)[1], algorithm,
-            "the program was killed (it ran since its lazy restart)" if self.lazy
-            else "the restored processes were killed before they ran")
-        checker.shutdown(wait=False)
         try:
             self._readable = chunks.readable(image, m)
             images = self._readable.__enter__()
@@ -124,6 +115,22 @@ class Restore:
                                                lazy=self.lazy)
         except (criu_driver.CriuError, ImageError) as exc:
             self._failed = exc
+        if not self.lazy:
+            self.check_pages()
+
+    def check_pages(self) -> None:
+        """The memory pages are checked while CRIU restores them (the rest
+        was, before the restart began), in a thread: the restored processes
+        stay stopped in their shims until the round releases them, which
+        waits for this; a lazy restart lets the program run on while they
+        are checked."""
+        algorithm, digests = integrity.expected(self.m)
+        checker = ThreadPoolExecutor(1, thread_name_prefix="pages")
+        self.pages = checker.submit(
+            integrity.verify, self.image, integrity.split(digests)[1], algorithm,
+            "the program was killed (it ran since its lazy restart)" if self.lazy
+            else "the restored processes were killed before they ran")
+        checker.shutdown(wait=False)
 
     def wait(self) -> int:
         """Blocks until CRIU is done: the restored root's pid.  UserError

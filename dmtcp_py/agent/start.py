@@ -78,10 +78,9 @@ async def restore(cfg: AgentConfig, tree: Tree, net: Network, reach_ip: str,
         tree.hold_reaping = True  # CRIU's processes are not the tree's to reap
         await loop.run_in_executor(None, begun.begin)
     tree.init_dir = begun.init_dir
-    assert begun.handover is not None and begun.pages is not None
+    assert begun.handover is not None
     for relay in begun.handover.relays:
         relay.start(loop)
-    pages_checked = asyncio.wrap_future(begun.pages)
     try:
         # watched before reaping resumes: a root that already ended (a
         # restart round aborted at once) is collected with its status
@@ -89,6 +88,9 @@ async def restore(cfg: AgentConfig, tree: Tree, net: Network, reach_ip: str,
         tree.adopt(pid)
     finally:
         tree.hold_reaping = False
+    if begun.pages is None:  # a lazy restore's: from now on
+        begun.check_pages()
+    pages_checked = asyncio.wrap_future(begun.pages)
     if begun.pager is not None:
         _beside(_lazy_tree(pages_checked, begun.pager, tree))
     else:
