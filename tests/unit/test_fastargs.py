@@ -16,12 +16,16 @@ def clean_env(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-def _by_click(monkeypatch, words: list[str]) -> dict:
-    """What the click command hands to launch() for words."""
+def _handed_by_click(monkeypatch, module, function: str, words: list[str]) -> dict:
+    """What module's click command hands to its function for words."""
     seen = {}
-    monkeypatch.setattr(launch_click, "launch", lambda a: seen.update(vars(a)) or 0)
-    launch_click.cli.main(args=words, prog_name="dmtcp-launch", standalone_mode=False)
+    monkeypatch.setattr(module, function, lambda a: seen.update(vars(a)) or 0)
+    module.cli.main(args=words, prog_name=f"dmtcp-{function}", standalone_mode=False)
     return seen
+
+
+def _by_click(monkeypatch, words: list[str]) -> dict:
+    return _handed_by_click(monkeypatch, launch_click, "launch", words)
 
 
 @pytest.mark.parametrize("words", [
@@ -93,11 +97,7 @@ def test_other_commands_are_left_to_click(words):
 
 
 def _restart_by_click(monkeypatch, words: list[str]) -> dict:
-    """What the click command hands to restart() for words."""
-    seen = {}
-    monkeypatch.setattr(restart_click, "restart", lambda a: seen.update(vars(a)) or 0)
-    restart_click.cli.main(args=words, prog_name="dmtcp-restart", standalone_mode=False)
-    return seen
+    return _handed_by_click(monkeypatch, restart_click, "restart", words)
 
 
 @pytest.mark.parametrize("words", [
