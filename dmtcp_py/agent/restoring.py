@@ -172,9 +172,10 @@ class Restore:
         if self.pager is not None:
             self.pager.stop()
         # damaged pages explain a failure of CRIU's or of the decompression
+        if self.pages is None:  # (a lazy restore's check had not begun)
+            self.check_pages()
         try:
-            if self.pages is not None:
-                self.pages.result()
+            self.pages.result()
         except ImageError as damaged:
             return UserError(str(damaged))
         if isinstance(exc, criu_driver.CriuError):

@@ -88,6 +88,15 @@ def test_restart_damaged_image(good_image, tmp_path, no_strays, damage, expect):
     assert not listening(port)
 
 
+def test_lazy_restart_of_truncated_pages(good_image, tmp_path, no_strays):
+    """Restoring lazily, the pages are checked once the tree is back: a
+    failure of CRIU's is still explained by them."""
+    port = free_port()
+    one_line_error([tool("dmtcp-restart"), "--lazy", "-p", str(port),
+                    damaged_copy(good_image, tmp_path, _truncate_pages)], "truncated")
+    assert not listening(port)
+
+
 def _running(program: str) -> list[int]:
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
