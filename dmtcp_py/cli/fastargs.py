@@ -217,3 +217,45 @@ def status_args(words: list[str]) -> StatusArgs | None:
     if line.rest() or len(actions) != 1:
         return None
     return StatusArgs(where.host, where.port, actions == {"list"}, as_json)
+
+
+# the commands of dmtcp-command that take no value, by their options
+# (command_click.py's flag values); -s and -l are status_args'
+_ACTIONS = {"-c": "checkpoint", "--checkpoint": "checkpoint",
+            "-bc": "bcheckpoint", "--bcheckpoint": "bcheckpoint",
+            "-kc": "kcheckpoint", "--kcheckpoint": "kcheckpoint",
+            "-k": "kill", "--kill": "kill", "-q": "quit", "--quit": "quit"}
+
+
+class ActionArgs:
+    """`dmtcp-command -c`, `-bc`, `-kc`, `-k` or `-q` (command_click.py's action)."""
+
+    def __init__(self, host: str, port: int, action: str) -> None:
+        self.host, self.port, self.action = host, port, action
+
+    @property
+    def blocking(self) -> bool:
+        return self.action in ("bcheckpoint", "kcheckpoint")
+
+
+def action_args(words: list[str]) -> ActionArgs | None:
+    """One of _ACTIONS, with -h/-p at most; None for anything else (a
+    second command, --json, --help...: click's to read)."""
+    where = Coordinates()
+    if where.port is None:
+        return None
+    actions: set[str] = set()
+    line = _Line(words)
+    while (found := line.next_option()) is not None:
+        option, inline = found
+        taken = where.take(line, option, inline)
+        if taken is None:
+            return None
+        if taken:
+            continue
+        if inline is not None or option not in _ACTIONS:
+            return None
+        actions.add(_ACTIONS[option])
+    if line.rest() or len(actions) != 1:
+        return None
+    return ActionArgs(where.host, where.port, actions.pop())
