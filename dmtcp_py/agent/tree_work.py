@@ -183,7 +183,9 @@ class TreeWork:
             try:
                 await loop.run_in_executor(None, lambda: ckpt.dump(
                     self.tree.root_pid, run_dir() / f"criu-dump-{cfg.tree_id}.log",
-                    leave_running=moving or not step.stop, external=facts.external))
+                    leave_running=moving or not step.stop, external=facts.external,
+                    follow=not (cfg.compress or cfg.incremental),
+                    writeback=os.environ.get("DMTCP_EARLY_WRITEBACK") == "1"))
             finally:
                 self.tree.hold_reaping = False
                 ticker.cancel()
