@@ -1,27 +1,25 @@
 """CRIU's memory page files, hashed and sent toward the disk while CRIU
 still writes them.
 
-Why: after the dump, sealing (integrity.seal) read and hashed every page
-file and waited for its fsync: for 64 MiB ~40 ms, for 512 MiB ~0.2 s, all
-after CRIU was done and all of it in `dmtcp-command -bc`'s time.  CRIU
-writes a page file from start to end, once (it appends what it splices
-out of the process), so what it has written is final: a thread of the
-agent hashes each page file up to where CRIU got.  Once CRIU is done,
-seal() goes on from where the thread stopped: it hashes the rest of each
-file, beside its fsync.  Measured here at 512 MiB: the seal after the dump
-went from ~0.23 to ~0.17 s (now the fsync alone), CRIU's own time unchanged.
+Why: after the dump, sealing (integrity.seal) hashes every page file
+beside its fsync, and the fsync is most of the time until the images are
+durable (~0.2 s for 512 MiB here).  CRIU writes a page file from start to
+end, once (it appends what it splices out of the process), so what it has
+written is final: a thread of the agent hashes each page file up to where
+CRIU got and starts the kernel's writeback of what it hashed
+(sync_file_range, which does not wait).  Once CRIU is done, seal() goes on
+from where the thread stopped: it hashes the rest of each file, and its
+fsync finds most pages on the disk already.  The digest is the one seal()
+takes of a whole file (one hash object fed the file in order); seal()
+still fsyncs every file before the image is published.
 
-With writeback (DMTCP_EARLY_WRITEBACK=1) the thread also starts the
-kernel's writeback of what it hashed (sync_file_range, which does not
-wait), and the fsync after the dump finds most pages on the disk: at 512
-MiB the seal took ~0.01 s and `-bc` ~0.08 s less, but CRIU, and with it
-the program's stop, took ~0.08 s longer (the disk writes compete with
-CRIU's).  A periodic checkpoint costs the program its stop, not the
-time until the images are durable, so this is not the default.
-
-The digest is the same as seal() takes of the whole file (one hash object
-fed the file in order); the guarantees stay seal()'s: it still fsyncs
-every file before the image is published.
+The cost: CRIU, and with it the program's stop, takes longer, since the
+thread and the disk writes compete with it (measured here at 512 MiB with
+bench_checkpoint.py: `-bc` 0.38-0.44 s against 0.46 s, CRIU's frozen time
+0.24-0.27 s against ~0.20 s without a follower).  Hashing alone during the
+dump was no gain: it slowed CRIU as much, and the fsync after the dump
+took as long as the hash it no longer waited for.  So the agent follows
+only when the program's stop does not matter (tree_work._early_writeback).
 """
 from __future__ import annotations
 
@@ -75,7 +73,7 @@ class PageFollower:
     """A thread that follows the page files of one directory from start()
     until stop(); then taken() hands them over to integrity.seal()."""
 
-    def __init__(self, directory: Path, writeback: bool = False) -> None:
+    def __init__(self, directory: Path, writeback: bool = True) -> None:
         self.directory = directory
         self.writeback = writeback
         self.files: dict[str, Followed] = {}
