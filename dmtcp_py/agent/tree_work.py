@@ -183,7 +183,8 @@ class TreeWork:
             try:
                 await loop.run_in_executor(None, lambda: ckpt.dump(
                     self.tree.root_pid, run_dir() / f"criu-dump-{cfg.tree_id}.log",
-                    leave_running=moving or not step.stop, external=facts.external))
+                    leave_running=moving or not step.stop, external=facts.external,
+                    follow=self._early_writeback(step, moving), writeback=True))
             finally:
                 self.tree.hold_reaping = False
                 ticker.cancel()
@@ -220,6 +221,19 @@ class TreeWork:
                                    program=cfg.program, bytes=m.total_bytes,
                                    duration=duration, processes=len(parked))
         return WorkResult(image=image, pending=None if moving else ckpt, parked=parked)
+
+    def _early_writeback(self, step: Step, moving: bool) -> bool:
+        """Hash and write back the page files while CRIU writes them
+        (images.follow): the images are durable sooner after the dump, but
+        the dump, and with it the program's stop, takes longer.  So only
+        when the program's stop does not matter: it ends with its dump
+        (-kc), or the user asked (DMTCP_EARLY_WRITEBACK=1).  Not for pages
+        that change before the seal (--gzip, --incremental), nor for a
+        migration's image, which is not made durable."""
+        cfg = self.cfg
+        if moving or cfg.compress or cfg.incremental:
+            return False
+        return step.stop or os.environ.get("DMTCP_EARLY_WRITEBACK") == "1"
 
     async def _stay(self, step: Step) -> WorkResult:
         """A staying tree in a migration: not dumped; each connection it

@@ -266,3 +266,38 @@ def status_args(words: list[str]) -> StatusArgs | None:
     if line.rest() or got["status"] == got["list"]:
         return None
     return StatusArgs(where.host, where.port, got["list"], got["json"])
+
+
+# the commands of dmtcp-command that take no value, by their options
+# (command_click.py's flag values); -s and -l are status_args'
+_ACTIONS = {"-c": "checkpoint", "--checkpoint": "checkpoint",
+            "-bc": "bcheckpoint", "--bcheckpoint": "bcheckpoint",
+            "-kc": "kcheckpoint", "--kcheckpoint": "kcheckpoint",
+            "-k": "kill", "--kill": "kill", "-q": "quit", "--quit": "quit"}
+_ACTION_FLAGS = {option: (action, True) for option, action in _ACTIONS.items()}
+
+
+class ActionArgs:
+    """`dmtcp-command -c`, `-bc`, `-kc`, `-k` or `-q` (command_click.py's action)."""
+
+    def __init__(self, host: str, port: int, action: str) -> None:
+        self.host, self.port, self.action = host, port, action
+
+    @property
+    def blocking(self) -> bool:
+        return self.action in ("bcheckpoint", "kcheckpoint")
+
+
+def action_args(words: list[str]) -> ActionArgs | None:
+    """One of _ACTIONS, with -h/-p at most; None for anything else (a
+    second command, --json, --help...: click's to read)."""
+    where = Coordinates()
+    if where.port is None:
+        return None
+    got: dict[str, bool] = {}
+    line = _Line(words)
+    if not _options(line, where, _ACTION_FLAGS, {}, got):
+        return None
+    if line.rest() or len(got) != 1:
+        return None
+    return ActionArgs(where.host, where.port, next(iter(got)))

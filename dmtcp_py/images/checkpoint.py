@@ -4,7 +4,8 @@ The steps, in the order a round takes them (all blocking: the agent runs
 them in a worker thread):
 
 1. dump: CRIU writes the tree into a partial directory (never a name a
-   restart would take).
+   restart would take); meanwhile its page files are hashed and sent
+   toward the disk as far as they are written (images.follow).
 2. save_files: while the program's threads are still stopped, what CRIU
    does not keep: the files it maps shared, its scratch files, the length
    of the files it writes, the links of removed mapped files.  The
@@ -28,6 +29,7 @@ from dmtcp_py.agent import criu_driver
 from dmtcp_py.errors import ImageError
 from dmtcp_py.images import (chunks, compress, integrity, shared_files, store, temp_files,
                              written_files)
+from dmtcp_py.images import follow as follow_pages
 from dmtcp_py.images.manifest import Manifest, load
 
 
@@ -66,6 +68,8 @@ class Checkpoint:
     # chunked: removed after the checkpoint's reply (~0.1-0.2 s per GiB),
     # before the kernel writes them back
     set_aside: Path | None = None
+    # the page files hashed while CRIU wrote them, for finish's seal
+    follower: follow_pages.PageFollower | None = None
 
     @classmethod
     def begin(cls, ckptdir: Path, program: str, tree_id: str, generation: int) -> Checkpoint:
@@ -75,9 +79,23 @@ class Checkpoint:
         return cls(generation, partial, ckptdir / name)
 
     def dump(self, root_pid: int, log_path: Path, *, leave_running: bool,
-             external: list[str]) -> None:
-        criu_driver.dump(root_pid, self.partial, log_path, leave_running=leave_running,
-                         external=external)
+             external: list[str], follow: bool = False, writeback: bool = False) -> None:
+        """follow: hash the page files while CRIU writes them, and with
+        writeback start their writeback too (images.follow); for pages
+        that finish() seals as CRIU left them (not compressed, not chunked)."""
+        follower = follow_pages.PageFollower(self.partial, writeback) if follow else None
+        if follower is not None:
+            follower.start()
+        try:
+            criu_driver.dump(root_pid, self.partial, log_path, leave_running=leave_running,
+                             external=external)
+        except BaseException:
+            if follower is not None:
+                follower.close()
+            raise
+        if follower is not None:
+            follower.stop()
+            self.follower = follower
         self.steps["criu"] = time.monotonic()
 
     def written(self) -> int:
@@ -129,6 +147,13 @@ class Checkpoint:
         generations, already out of the way, for the caller to delete."""
         assert self.manifest is not None, "finish before save_files"
         m = self.manifest
+        followed: dict = {}
+        if self.follower is not None:
+            follower, self.follower = self.follower, None
+            if compressed or incremental:  # the page files change before the seal
+                follower.close()
+            else:
+                followed = follower.taken()
         stored = chunks.Stored()
         if compressed and compress.compress(self.partial):
             m = replace(m, compression=compress.NAME)
@@ -142,7 +167,7 @@ class Checkpoint:
         # with CRIU's files set aside, no syncfs: it would write them to the disk
         aside = self.set_aside is not None and self.set_aside.exists()
         sealed = integrity.seal(self.partial, frozenset(stored.data), each=aside,
-                                durable=durable)
+                                durable=durable, followed=followed)
         self.steps["seal"] = time.monotonic()
         m = replace(m, files=dict(sorted({**sealed.sizes, **stored.sizes}.items())),
                     blake3=dict(sorted({**sealed.digests, **stored.digests}.items())),
@@ -154,6 +179,9 @@ class Checkpoint:
         return expired + ([self.set_aside] if aside else [])
 
     def discard(self) -> None:
+        if self.follower is not None:
+            self.follower.close()
+            self.follower = None
         store.discard(self.partial)
         if self.set_aside is not None:
             store.discard(self.set_aside)

@@ -91,7 +91,8 @@ SEAL_INLINE = 32 << 20
 _buffers = threading.local()
 
 
-def _hash_fd(fd: int, algorithm: str = ALGORITHM, digest=None) -> str:
+def hash_more(fd: int, h) -> int:
+    """Feed h from fd's position to its end; the bytes read."""
     # One buffer per thread, read into again and again: a fresh 1 MiB
     # bytes object per read is a fresh mmap whose every page faults in,
     # and on these VMs a page the host took back faults in ~10x slower
@@ -99,9 +100,16 @@ def _hash_fd(fd: int, algorithm: str = ALGORITHM, digest=None) -> str:
     buf = getattr(_buffers, "buf", None)
     if buf is None:
         buf = _buffers.buf = memoryview(bytearray(CHUNK))
-    h = hasher(algorithm) if digest is None else digest
+    total = 0
     while n := os.readv(fd, [buf]):
         h.update(buf[:n])
+        total += n
+    return total
+
+
+def _hash_fd(fd: int, algorithm: str = ALGORITHM, digest=None) -> str:
+    h = hasher(algorithm) if digest is None else digest
+    hash_more(fd, h)
     return h.hexdigest()
 
 
@@ -131,18 +139,24 @@ class Sealed:
     digests: dict[str, str]
 
 
-def _seal_one(path: str, flusher: Executor | None, durable: bool = True) -> tuple[int, str]:
+def _seal_one(path: str, flusher: Executor | None, durable: bool = True,
+              followed=None) -> tuple[int, str]:
     """(size, digest) of one file, made private; a big one made durable
     too (by the flusher while it is hashed, if there is one).  A small
-    one is left to seal()'s syncfs."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    one is left to seal()'s syncfs.  followed: the file's follow.Followed
+    (its fd, read and hashed so far while CRIU wrote it), closed here."""
+    if followed is not None:
+        fd, h = followed.fd, followed.hash
+    else:
+        fd, h = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW), hasher(ALGORITHM)
     try:
         st = os.fstat(fd)
         if stat.S_IMODE(st.st_mode) != 0o600:
             os.fchmod(fd, 0o600)  # whatever CRIU's or the umask's mode was
         big = st.st_size >= FLUSH_APART
         flushed = flusher.submit(os.fsync, fd) if flusher is not None and big else None
-        digest = _hash_fd(fd)
+        hash_more(fd, h)
+        digest = h.hexdigest()
         if flushed is not None:
             flushed.result()
         elif big and durable:
@@ -182,7 +196,7 @@ def _syncfs(directory: Path) -> None:
 
 
 def seal(directory: Path, done_already: frozenset[str] = frozenset(),
-         each: bool = False, durable: bool = True) -> Sealed:
+         each: bool = False, durable: bool = True, followed: dict | None = None) -> Sealed:
     """Make every file of an image but its manifest (and done_already:
     chunked data files, see images.chunks) private (0600) and durable, and
     take its size and digest: one open and one read of each, the biggest
@@ -191,19 +205,35 @@ def seal(directory: Path, done_already: frozenset[str] = frozenset(),
     would write every dirty file of the file system (CRIU's page files
     that an incremental generation set aside, see images.chunks).
     durable=False: no fsync (an image that only carries a migration: its
-    tree is still there if the host fails meanwhile)."""
+    tree is still there if the host fails meanwhile).  followed: name ->
+    follow.Followed, files hashed in part already while CRIU wrote them
+    (their fds are closed here, whatever happens)."""
+    followed = dict(followed or {})
+    try:
+        return _seal(directory, done_already, each, durable, followed)
+    finally:
+        for f in followed.values():  # not reached: a failure before their turn
+            os.close(f.fd)
+
+
+def _seal(directory: Path, done_already: frozenset[str], each: bool, durable: bool,
+          followed: dict) -> Sealed:
     entries = [e for e in os.scandir(directory)
                if e.is_file(follow_symlinks=False) and e.name != MANIFEST
                and e.name not in done_already]
     sizes = {e.name: e.stat(follow_symlinks=False).st_size for e in entries}
     entries.sort(key=lambda e: (-sizes[e.name], e.name))
-    if sum(sizes.values()) < SEAL_INLINE:
-        done = [_seal_one(e.path, None, durable) for e in entries]
+    # the work left: what the follower did not hash yet
+    left = sum(sizes[e.name] - (followed[e.name].hashed if e.name in followed else 0)
+               for e in entries)
+    if left < SEAL_INLINE:
+        done = [_seal_one(e.path, None, durable, followed.pop(e.name, None)) for e in entries]
     else:
         with ThreadPoolExecutor(max_workers=_workers()) as pool, \
                 ThreadPoolExecutor(max_workers=1) as flusher:
             done = list(pool.map(
-                lambda e: _seal_one(e.path, flusher if durable else None, durable), entries))
+                lambda e: _seal_one(e.path, flusher if durable else None, durable,
+                                    followed.pop(e.name, None)), entries))
     small = [e.path for e in entries if sizes[e.name] < FLUSH_APART] if durable else []
     if small and each:
         with ThreadPoolExecutor(max_workers=8) as pool:  # one journal commit for many

@@ -1,6 +1,7 @@
 """A coordinator's first answer, and one command's, without messages.py:
-for `dmtcp-launch` before it starts the program and for `dmtcp-command -s`
-and `-l`, whose whole run is meant to take tens of milliseconds.  Loading
+for `dmtcp-launch` before it starts the program and for `dmtcp-command -s`,
+`-l`, `-c`, `-bc`, `-kc`, `-k` and `-q`, whose own part of the run is meant
+to take a few tens of milliseconds.  Loading
 messages.py (its dataclasses and typing) and the json and socket modules
 costs more than that budget allows; the C halves of json and socket cost
 almost nothing.
@@ -120,11 +121,13 @@ class Coordinator:
             raise self._not_ours(exc) from None
         return answer
 
-    def command(self, cmd: str, timeout: float | None) -> tuple[bool, str | None, dict]:
-        """One command without fields (status, list...): ok, error, and
-        the reply's body (its fields but those four)."""
+    def command(self, cmd: str, timeout: float | None,
+                **flags: bool) -> tuple[bool, str | None, dict]:
+        """One command whose fields are flags at most (status, list, a
+        checkpoint with blocking or stop...): ok, error, and the reply's
+        body (its fields but those four)."""
         self.sock.settimeout(timeout)
-        reply = self.request({"type": "command", "cmd": cmd})
+        reply = self.request({"type": "command", "cmd": cmd, **flags})
         if reply["type"] != "reply":
             raise CoordinatorUnreachable(f"{self.host}:{self.port} answered a command with "
                                          f"{reply['type']!r}")

@@ -126,3 +126,47 @@ def test_restart_environment_same_as_click(monkeypatch):
 ])
 def test_unusual_restart_lines_are_left_to_click(words):
     assert fastargs.restart_args(words) is None
+
+
+def _action_by_click(monkeypatch, words: list[str]) -> tuple:
+    """(host, port, action) that command_click.cli reads from words: what
+    it would hand to CoordinatorClient, caught before any connection."""
+    from dmtcp_py.cli import command_click
+    seen = {}
+
+    class Caught(Exception):
+        pass
+
+    def client(host, port, **_):
+        seen.update(host=host, port=port)
+        raise Caught
+
+    monkeypatch.setattr(command_click, "CoordinatorClient", client)
+    monkeypatch.setattr(command_click, "_checkpoint", lambda *a, **k: None)
+    with pytest.raises(Caught):
+        command_click.cli.main(args=words, prog_name="dmtcp-command", standalone_mode=False)
+    return seen["host"], seen["port"]
+
+
+@pytest.mark.parametrize("words, action", [
+    (["-c"], "checkpoint"),
+    (["-bc", "-p", "7001"], "bcheckpoint"),
+    (["--bcheckpoint", "--coord-port=7002", "-h", "h1"], "bcheckpoint"),
+    (["-kc"], "kcheckpoint"),
+    (["--kill", "-h", "10.0.0.1"], "kill"),
+    (["-q", "-p", "0"], "quit"),
+    (["-bc", "-bc"], "bcheckpoint"),
+])
+def test_action_lines_same_as_click(monkeypatch, words, action):
+    a = fastargs.action_args(words)
+    assert a is not None and a.action == action
+    assert (a.host, a.port) == _action_by_click(monkeypatch, words)
+    assert a.blocking == (action in ("bcheckpoint", "kcheckpoint"))
+
+
+@pytest.mark.parametrize("words", [
+    [], ["-s"], ["-c", "-k"], ["-bc", "extra"], ["--help"], ["-bc", "--json"], ["-c", "-p", "x"],
+    ["--kill=1"], ["-i", "3"], ["--migrate", "t1"], ["-bc", "-p"],
+])
+def test_other_action_lines_are_left_to_click(words):
+    assert fastargs.action_args(words) is None

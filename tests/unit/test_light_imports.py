@@ -1,5 +1,5 @@
 """What dmtcp-launch runs before it starts the program, and what
-`dmtcp-command -s` runs, loads none of the heavy modules (issue 17: the
+`dmtcp-command -s` or `-bc` runs, loads none of the heavy modules (issue 17: the
 program starts at once; each of these costs milliseconds of import)."""
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ HEAVY = ("asyncio", "click", "dataclasses", "typing", "json", "socket", "pathlib
          "dmtcp_py.protocol.messages", "dmtcp_py.client")
 
 
-@pytest.mark.parametrize("module", ["dmtcp_py.cli.launch", "dmtcp_py.cli.command"])
+@pytest.mark.parametrize("module", ["dmtcp_py.cli.launch", "dmtcp_py.cli.command",
+                                    "dmtcp_py.cli.actions"])
 def test_entry_points_load_nothing_heavy(module):
     code = f"import sys, {module}; print(' '.join(sorted(sys.modules)))"
     loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -1,0 +1,74 @@
+"""images/follow.py: page files hashed while they are written give the
+digest seal() takes of the whole file, and every fd it opened is closed,
+whether the image is sealed or dropped.  Real files, a writer appending
+to them as CRIU does."""
+from __future__ import annotations
+
+import os
+import time
+
+import blake3
+import pytest
+
+from dmtcp_py.images import follow, integrity
+
+WAIT = 10.0  # seconds the follower may take to catch up (never asserted as a speed)
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def _caught_up(follower: follow.PageFollower, name: str, size: int) -> None:
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        f = follower.files.get(name)
+        if f is not None and f.hashed == size:
+            return
+        time.sleep(0.005)
+    pytest.fail(f"the follower did not hash {name} up to {size} bytes")
+
+
+@pytest.mark.parametrize("writeback", [False, True])
+def test_a_file_hashed_while_written_has_the_whole_files_digest(tmp_path, writeback):
+    before = _open_fds()
+    pages, other = tmp_path / "pages-1.img", tmp_path / "core-1.img"
+    first, rest = os.urandom(9 << 20), os.urandom(3 << 20)
+    follower = follow.PageFollower(tmp_path, writeback=writeback)
+    follower.start()
+    with open(pages, "wb") as out:
+        out.write(first)
+        out.flush()
+        _caught_up(follower, pages.name, len(first))
+        follower.stop()
+        out.write(rest)  # what CRIU wrote after the follower's last look
+    other.write_bytes(b"not followed")
+    followed = follower.taken()
+    assert followed[pages.name].hashed == len(first)
+    sealed = integrity.seal(tmp_path, followed=followed)
+    assert sealed.digests[pages.name] == blake3.blake3(first + rest).hexdigest()
+    assert sealed.digests[other.name] == blake3.blake3(b"not followed").hexdigest()
+    assert sealed.sizes[pages.name] == len(first) + len(rest)
+    assert _open_fds() == before
+
+
+def test_a_dropped_image_closes_what_was_followed(tmp_path):
+    before = _open_fds()
+    follower = follow.PageFollower(tmp_path)
+    follower.start()
+    (tmp_path / "pages-1.img").write_bytes(b"x" * 4096)
+    _caught_up(follower, "pages-1.img", 4096)
+    follower.close()
+    assert _open_fds() == before
+
+
+def test_a_seal_that_fails_still_closes_them(tmp_path):
+    before = _open_fds()
+    follower = follow.PageFollower(tmp_path)
+    follower.start()
+    (tmp_path / "pages-1.img").write_bytes(b"x" * 4096)
+    _caught_up(follower, "pages-1.img", 4096)
+    follower.stop()
+    with pytest.raises(FileNotFoundError):
+        integrity.seal(tmp_path / "gone", followed=follower.taken())
+    assert _open_fds() == before
