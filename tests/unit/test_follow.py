@@ -52,22 +52,23 @@ def test_a_file_hashed_while_written_has_the_whole_files_digest(tmp_path, writeb
     assert _open_fds() == before
 
 
-def test_a_dropped_image_closes_what_was_followed(tmp_path):
-    before = _open_fds()
+def _following_a_page_file(tmp_path) -> follow.PageFollower:
     follower = follow.PageFollower(tmp_path)
     follower.start()
     (tmp_path / "pages-1.img").write_bytes(b"x" * 4096)
     _caught_up(follower, "pages-1.img", 4096)
-    follower.close()
+    return follower
+
+
+def test_a_dropped_image_closes_what_was_followed(tmp_path):
+    before = _open_fds()
+    _following_a_page_file(tmp_path).close()
     assert _open_fds() == before
 
 
 def test_a_seal_that_fails_still_closes_them(tmp_path):
     before = _open_fds()
-    follower = follow.PageFollower(tmp_path)
-    follower.start()
-    (tmp_path / "pages-1.img").write_bytes(b"x" * 4096)
-    _caught_up(follower, "pages-1.img", 4096)
+    follower = _following_a_page_file(tmp_path)
     follower.stop()
     with pytest.raises(FileNotFoundError):
         integrity.seal(tmp_path / "gone", followed=follower.taken())
