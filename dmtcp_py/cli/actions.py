@@ -3,9 +3,9 @@ without click or the protocol's messages (protocol/handshake.py).
 
 Why: loading click and messages.py costs about 50 ms, which a blocking
 checkpoint waited for before it even asked (issue 17: `-bc` until durable
-is meant to cost little more than CRIU's dump and the fsync).  What is
-printed is what command_click.py prints for the same answer; a blocking
-checkpoint asked on a terminal goes there instead, for its progress line.
+is meant to cost little more than CRIU's dump and the fsync).  The line
+printed for an answer is summary()'s on both paths; a blocking checkpoint
+asked on a terminal goes to command_click.py, for its progress line.
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ COMMAND_TIMEOUT = 30.0  # seconds a command that does not block may take (as cli
 
 
 def summary(action: str, body: dict) -> str | None:
-    """The line command_click.py prints for a successful reply's body, or
-    None for none (quit).  KeyError, TypeError or ValueError: a body no
+    """The line printed for a successful reply's body to a checkpoint,
+    kill or quit (here and by command_click.py), or None for none (quit).  KeyError, TypeError or ValueError: a body no
     coordinator of ours sends."""
     if action in ("bcheckpoint", "kcheckpoint"):
         return (f"checkpoint {body['generation']} done: {body['trees']} trees, "

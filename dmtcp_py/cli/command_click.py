@@ -1,5 +1,6 @@
 """dmtcp-command's options as click reads them: every command line but
-the usual -s and -l (command.py reads those without click)."""
+the usual -s, -l, -c, -bc, -kc, -k and -q (command.py reads those without
+click)."""
 from __future__ import annotations
 
 import json
@@ -8,6 +9,7 @@ import sys
 import click
 
 from dmtcp_py import __version__, graph_view
+from dmtcp_py.cli.actions import summary
 from dmtcp_py.cli.base import AUTO, CONTEXT, INTERVAL, coord_host_option, coord_port_option
 from dmtcp_py.cli.status import _print_status
 from dmtcp_py.client import CoordinatorClient
@@ -92,21 +94,16 @@ def cli(coord_host, coord_port, action, interval, as_json, as_dot, png_file,
     if not reply.ok:
         raise UserError(reply.error or f"{action} failed")
     body = reply.body
-    if blocking:
-        click.echo(f"checkpoint {body['generation']} done: {body['trees']} trees, "
-                   f"{body.get('processes', 0)} processes, "
-                   f"{body['bytes']} bytes, {body['duration']:.3f} s"
-                   + (", computation stopped" if action == "kcheckpoint" else ""))
-    elif action == "checkpoint":
-        click.echo(body.get("note") or f"checkpoint {body.get('generation')} requested")
-    elif action == "kill":
-        click.echo(f"killed {body.get('killed', 0)} trees")
-    elif action == "interval" and interval == AUTO:
+    if action != "interval":  # the same lines as the path without click (actions.py)
+        line = summary(action, body)
+        if line is not None:
+            click.echo(line)
+    elif interval == AUTO:
         if not body.get("interval_auto"):
             # an older coordinator ignores the word and took 0 seconds
             raise UserError("this coordinator does not know -i auto (an older version?)")
         click.echo(f"checkpoint interval: auto, {body['interval']:.1f} s for now")
-    elif action == "interval":
+    else:
         click.echo(f"checkpoint interval: {body['interval']:g} s")
     return 0
 
