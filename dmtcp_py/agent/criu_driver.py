@@ -25,8 +25,8 @@ class CriuError(Exception):
 
 
 def _pycriu() -> ModuleType:
-    """pycriu (its `criu` class for the RPC, `images` for the image files),
-    imported at the first dump or restore: with the protobuf modules it
+    """pycriu (its `criu` class for a dump's RPC, `images` for the image
+    files), imported at the first use: with the protobuf modules it
     loads it takes ~40 ms, which every dmtcp-launch would pay at start-up
     otherwise."""
     import pycriu
@@ -351,14 +351,6 @@ class Restoring:
         if status != 0 or pid <= 0:
             raise _failure("restore", CriuError(f"criu exited with {status}"), self.log_path)
         return pid
-
-
-def restore(images_dir: Path, log_path: Path, *, inherit: list[tuple[int, str]],
-            terminal: int | None = None, lazy: bool = False) -> int:
-    """Restore the tree as a child of this process and return the root's
-    pid (Restoring, waited for)."""
-    return Restoring(images_dir, log_path, inherit=inherit, terminal=terminal,
-                     lazy=lazy).wait()
 
 
 _versions: dict[tuple, str] = {}

@@ -96,15 +96,6 @@ class Starting:
         return port
 
 
-def start_coordinator(port: int, *, interval: float | str | None = None,
-                      keep: int | None = None) -> int:
-    """A background coordinator started here, listening: its port.
-    Called before any thread exists."""
-    starting = Starting(port, interval=interval, keep=keep)
-    starting.begin()
-    return starting.wait()
-
-
 def _name_process(name: bytes) -> None:
     import ctypes
     ctypes.CDLL(None).prctl(15, ctypes.c_char_p(name), 0, 0, 0)  # PR_SET_NAME
@@ -130,17 +121,6 @@ def find_or_start(host: str, port: int, *, join: bool, new: bool,
     if not is_local(host):
         raise UserError(f"no coordinator at {host}:{port}, and it is not this host: start one there")
     return Starting(port, interval=interval, token=token, keep=keep)
-
-
-def ensure_coordinator(host: str, port: int, *, join: bool, new: bool,
-                       interval: float | str | None = None, keep: int | None = None) -> int:
-    """The port of a coordinator to use, started here when allowed."""
-    found = find_or_start(host, port, join=join, new=new, interval=interval, keep=keep)
-    if isinstance(found, Starting):
-        found.begin()
-        return found.wait()
-    found.close()
-    return port
 
 
 def exit_code(status: int) -> int:
