@@ -75,8 +75,9 @@ class Agent:
         self.started = started
         self.begun = begun
         self.tree = Tree()
-        if begun is not None:
+        if begun is not None:  # (prepared: its init's directory is made)
             self.tree.hold_reaping = True  # CRIU's processes are not the tree's to reap
+            self.tree.init_dir = begun.init_dir
         self.machine = am.AgentMachine(_identity(cfg))
         self.link = CoordinatorLink(cfg.coord_host, cfg.coord_port)
         name = cfg.manifest.agent_socket if cfg.manifest else early.agent_socket_name(cfg.tree_id)
@@ -209,7 +210,6 @@ class Agent:
                 pass  # nothing restored: nothing to end
             finally:
                 self.tree.hold_reaping = False
-                self.tree.init_dir = self.begun.init_dir
         if self.tree.root_pid is not None:
             self.tree.kill()
             try:

@@ -77,7 +77,6 @@ async def restore(cfg: AgentConfig, tree: Tree, net: Network, reach_ip: str,
                 raise UserError(f"cannot make the network connections again: {exc}") from None
         tree.hold_reaping = True  # CRIU's processes are not the tree's to reap
         await loop.run_in_executor(None, begun.begin)
-    tree.init_dir = begun.init_dir
     assert begun.handover is not None
     for relay in begun.handover.relays:
         relay.start(loop)
