@@ -184,7 +184,7 @@ class TreeWork:
                 await loop.run_in_executor(None, lambda: ckpt.dump(
                     self.tree.root_pid, run_dir() / f"criu-dump-{cfg.tree_id}.log",
                     leave_running=moving or not step.stop, external=facts.external,
-                    follow=self._early_writeback(step, moving), writeback=True))
+                    follow=self._early_writeback(step, moving)))
             finally:
                 self.tree.hold_reaping = False
                 ticker.cancel()

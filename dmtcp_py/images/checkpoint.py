@@ -79,11 +79,11 @@ class Checkpoint:
         return cls(generation, partial, ckptdir / name)
 
     def dump(self, root_pid: int, log_path: Path, *, leave_running: bool,
-             external: list[str], follow: bool = False, writeback: bool = False) -> None:
-        """follow: hash the page files while CRIU writes them, and with
-        writeback start their writeback too (images.follow); for pages
-        that finish() seals as CRIU left them (not compressed, not chunked)."""
-        follower = follow_pages.PageFollower(self.partial, writeback) if follow else None
+             external: list[str], follow: bool = False) -> None:
+        """follow: hash the page files while CRIU writes them and start
+        their writeback (images.follow); for pages that finish() seals as
+        CRIU left them (not compressed, not chunked)."""
+        follower = follow_pages.PageFollower(self.partial) if follow else None
         if follower is not None:
             follower.start()
         try:

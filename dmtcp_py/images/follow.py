@@ -30,7 +30,6 @@ from pathlib import Path
 
 from dmtcp_py.images import integrity
 
-PAGES_PREFIX = "pages-"   # CRIU's page files (integrity.held_back's)
 POLL = 0.005              # seconds between looks at a directory with nothing new
 _SYNC_FILE_RANGE_WRITE = 2
 WB_BATCH = 8 << 20        # bytes hashed before their writeback is started
@@ -118,7 +117,7 @@ class PageFollower:
         hashed as far as it is written.  Bytes hashed."""
         with os.scandir(self.directory) as entries:
             for entry in entries:
-                if entry.name.startswith(PAGES_PREFIX) and entry.name not in self.files:
+                if integrity.held_back(entry.name) and entry.name not in self.files:
                     fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
                     self.files[entry.name] = Followed(fd)
         return sum(f.catch_up(self.writeback) for f in self.files.values())
