@@ -149,10 +149,9 @@ void mqueue_note_notify(mqd_t fd, const struct sigevent *sev); /* mq_notify succ
 
 /* inotify.c: the events queued on inotify instances, kept across a
  * checkpoint (see there).  Checkpoint thread, program suspended: */
-void inotify_save(void);         /* SUSPEND: the instances this process reads; owners */
-void inotify_elect(void);        /* ELECT: F_SETOWN, as for sockets */
+void inotify_save(void);         /* SUSPEND, after fdowner_save: the instances this process reads, claimed */
 void inotify_keep_queued(void);  /* CHECKPOINT: the leader takes the queued events */
-void inotify_resume(void);       /* RESUME: owners back; fds with kept events readable */
+void inotify_resume(void);       /* RESUME: fds with kept events readable */
 /* program threads: */
 void inotify_after_fork_child(void);
 void inotify_forget(unsigned first, unsigned last); /* fds closed or replaced (when live) */
@@ -211,10 +210,13 @@ int procdir_each(const char *path, void (*fn)(int num, void *ctx), void *ctx);
  * calls; its length, or -1 */
 long proc_read(const char *path, char *buf, size_t size);
 
-/* fdowner.c: F_GETOWN of every socket, saved, elected, restored. */
-void fdowner_save(void);
-void fdowner_elect(void);
-void fdowner_restore(void);
+/* fdowner.c: the leader of each shared open file description, by F_SETOWN
+ * (checkpoint thread, program suspended). */
+void fdowner_save(void);      /* SUSPEND: the sockets, their owners saved */
+int fdowner_claim(int fd);    /* SUSPEND: fd too (0), or not (-1: the agent's, too many) */
+void fdowner_elect(void);     /* ELECT: every claimed fd */
+int fdowner_leads(int fd);    /* after the barrier: this process leads fd */
+void fdowner_restore(void);   /* RESUME: the program's owners back */
 
 /* park.c: network sockets handed to the agent for the dump, and back. */
 int park_sockets(int agent, const int *fds, int n); /* returns how many */

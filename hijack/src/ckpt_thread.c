@@ -131,7 +131,6 @@ static enum outcome obey(int fd, const struct dmtcp_record *rec, int passed)
     }
     case DMTCP_REC_ELECT:
         fdowner_elect();
-        inotify_elect();
         return channel_send(fd, DMTCP_REC_ELECTED, 0) < 0 ? LOST : GO_ON;
     case DMTCP_REC_PARK: {
         int n = rec->arg > DMTCP_PARK_MAX ? -1 : (int)rec->arg;

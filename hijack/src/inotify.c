@@ -18,14 +18,15 @@
  *     read (a fork child, an exec'd program that inherited it), must not
  *     take them.  Instances no process of the tree has read yet keep their
  *     events in the kernel (lost at a restart, as before).
- *  2. ELECT: it makes itself their owner (F_SETOWN), as with sockets: of
+ *  2. ELECT: it makes itself their owner (F_SETOWN), with the sockets
+ *     (SUSPEND claimed them in fdowner.c's table): of
  *     the processes that read one instance, the one F_GETOWN names after
  *     the barrier is its leader and alone takes its events.
  *  3. CHECKPOINT: the leader reads what is queued (FIONREAD, then one read
  *     of that many bytes: it never waits) into anonymous memory of its own,
  *     part of its image, after what it kept already.
  * Back (RESUME, after a restart as after a checkpoint the program goes on):
- *  4. Owners as they were.  An instance with events kept is made readable
+ *  4. Owners as they were (fdowner_restore).  An instance with events kept is made readable
  *     again: a private watch on the instance's own inode (its
  *     /proc/self/fd link; nothing ever happens to that inode) is added and
  *     removed at once, which queues one IN_IGNORED for that watch's wd.
@@ -90,7 +91,7 @@ static struct inq slots[INQ_MAX];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Listed at SUSPEND, with the owners the program had set. */
-static int listed_fd[INQ_MAX], listed_owner[INQ_MAX];
+static int listed_fd[INQ_MAX];
 static int n_listed;
 
 void inotify_unnote_read(unsigned first, unsigned last)
@@ -431,15 +432,14 @@ static void list_one(int fd)
     char path[32];
     long n;
 
-    if (fd == channel_agent_fd() || n_listed >= INQ_MAX)
+    if (n_listed >= INQ_MAX)
         return;
     fd_path(fd, path);
     n = syscall(SYS_readlinkat, AT_FDCWD, path, link, sizeof(link));
     if (n != (long)sizeof(LINK) - 1 || memcmp(link, LINK, sizeof(LINK) - 1) != 0)
         return;
-    listed_fd[n_listed] = fd;
-    listed_owner[n_listed] = (int)syscall(SYS_fcntl, fd, F_GETOWN);
-    n_listed++;
+    if (fdowner_claim(fd) == 0) /* elected with the sockets */
+        listed_fd[n_listed++] = fd;
 }
 
 /* (1): the numbers read (a number closed behind the wrappers' back, by
@@ -457,25 +457,14 @@ void inotify_save(void)
     }
 }
 
-/* (2) */
-void inotify_elect(void)
-{
-    int pid = (int)syscall(SYS_getpid);
-
-    for (int i = 0; i < n_listed; i++)
-        syscall(SYS_fcntl, listed_fd[i], F_SETOWN, pid);
-}
-
 /* (3) */
 void inotify_keep_queued(void)
 {
-    int pid = (int)syscall(SYS_getpid);
-
     for (int i = 0; i < n_listed; i++) {
         struct inq *e;
         int avail = 0;
 
-        if ((int)syscall(SYS_fcntl, listed_fd[i], F_GETOWN) != pid)
+        if (!fdowner_leads(listed_fd[i]))
             continue; /* another process leads this instance */
         if (find(listed_fd[i]) == NULL
             && (syscall(SYS_ioctl, listed_fd[i], FIONREAD, &avail) < 0 || avail <= 0))
@@ -491,9 +480,7 @@ void inotify_keep_queued(void)
 
 void inotify_resume(void)
 {
-    for (int i = 0; i < n_listed; i++)
-        syscall(SYS_fcntl, listed_fd[i], F_SETOWN, listed_owner[i]);
-    n_listed = 0;
+    n_listed = 0; /* their owners: fdowner_restore */
     for (int i = 0; i < INQ_MAX; i++)
         if (slots[i].key != 0 && slots[i].head < slots[i].tail)
             make_readable(&slots[i]);
