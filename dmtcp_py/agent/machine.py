@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dmtcp_py.agent import records
+from dmtcp_py.frozen import record
 from dmtcp_py.listing import signal_name
 from dmtcp_py.protocol import messages
 from dmtcp_py.protocol.states import State, TransitionError, check_transition
@@ -49,7 +50,7 @@ WORK_AT = {
 }
 
 
-@dataclass(frozen=True)
+@record
 class Step:
     """One barrier's work, with everything the runner needs to carry it out."""
     target: State
@@ -71,7 +72,7 @@ class Step:
     swap: bool = False    # a held tree stopped again: DRAIN and DUMP swap them
 
 
-@dataclass(frozen=True)
+@record
 class WorkResult:
     """What became of a Step."""
     error: str | None = None
@@ -85,39 +86,39 @@ class WorkResult:
 
 # ---- actions the runner carries out -----------------------------------------
 
-@dataclass(frozen=True)
+@record
 class Send:
     message: messages.Message
 
 
-@dataclass(frozen=True)
+@record
 class DoWork:
     """Carry out the step, then call work_done with its result."""
     step: Step
 
 
-@dataclass(frozen=True)
+@record
 class Publish:
     """Make the images durable and give them their name (then published())."""
     generation: int
     pending: Any
 
 
-@dataclass(frozen=True)
+@record
 class Discard:
     """Delete images that will never be a generation."""
     generation: int
     pending: Any
 
 
-@dataclass(frozen=True)
+@record
 class TellShims:
     """One record to every process of the tree."""
     record: int
     arg: int
 
 
-@dataclass(frozen=True)
+@record
 class GiveBack:
     """A round ends without its coordinator: wait for these processes, hand
     every parked socket back, release the threads."""
@@ -125,72 +126,72 @@ class GiveBack:
     resume_arg: int
 
 
-@dataclass(frozen=True)
+@record
 class WaitForCommit:
     """The tree ended with images waiting: wait this long for the commit
     (then commit_timed_out)."""
     seconds: float
 
 
-@dataclass(frozen=True)
+@record
 class KillTree:
     pass
 
 
-@dataclass(frozen=True)
+@record
 class DropMoved:
     """The tree moved away: delete the image it was moved with."""
 
 
-@dataclass(frozen=True)
+@record
 class AbandonRestart:
     """A restart that cannot finish: kill the restored tree (or the one
     CRIU is restoring, once it is there); the agent then ends with `why`."""
     why: str
 
 
-@dataclass(frozen=True)
+@record
 class ToNetwork:
     """A message for the connections' side of the agent (network.py)."""
     message: messages.Message
 
 
-@dataclass(frozen=True)
+@record
 class ReportPeers:
     """Tell the coordinator about the tree's processes now."""
 
 
-@dataclass(frozen=True)
+@record
 class Rejoin:
     """The coordinator went away: try its address again until one answers."""
 
 
-@dataclass(frozen=True)
+@record
 class SampleTraffic:
     """Tell the coordinator the tree's TCP connections and their byte
     counters now (messages.Traffic), for its traffic matrix (--graph)."""
 
 
-@dataclass(frozen=True)
+@record
 class SampleLoad:
     """Tell the coordinator how busy the CPUs the tree may use were since
     the last sample, and how much of them it had (messages.Load), for
     --rebalance.  Sampled with the traffic: the same cadence."""
 
 
-@dataclass(frozen=True)
+@record
 class DropLink:
     """The coordinator has been silent too long: close the link (what
     follows is as if it had closed it: coordinator_lost)."""
     why: str
 
 
-@dataclass(frozen=True)
+@record
 class ServeReplicas:
     """Take copies of other hosts' images (then replica_service)."""
 
 
-@dataclass(frozen=True)
+@record
 class CopyImage:
     """Copy a published image to each target (then replica_copied, once
     per target)."""
@@ -199,7 +200,7 @@ class CopyImage:
     targets: tuple[messages.ReplicaTarget, ...]
 
 
-@dataclass(frozen=True)
+@record
 class Pending:
     """Images dumped in a round, waiting for the coordinator's word."""
     generation: int

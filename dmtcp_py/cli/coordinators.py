@@ -7,6 +7,7 @@ becomes the coordinator."""
 from __future__ import annotations
 
 import gc
+import importlib
 import os
 
 from dmtcp_py.errors import CoordinatorUnreachable, UserError
@@ -67,11 +68,11 @@ class Starting:
                 # modules; the collector's passes over what they make, which
                 # lives as long as the process, would only slow them down
                 gc.disable()
-                from dmtcp_py.cli import coordinator
-                from dmtcp_py.cli.base import run
+                from dmtcp_py.cli.coordinator import run_coordinator
+                importlib.import_module("dmtcp_py.cli.coordinating")
                 gc.freeze()
                 gc.enable()
-                code = run("dmtcp-coordinator", coordinator.cli, args)
+                code = run_coordinator(args)
             finally:
                 os._exit(code)
         os.close(errors_w)

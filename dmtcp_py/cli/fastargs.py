@@ -1,4 +1,5 @@
-"""The usual command lines of dmtcp-launch, dmtcp-restart and of `dmtcp-command -s/-l`,
+"""The usual command lines of dmtcp-launch, dmtcp-restart, dmtcp-coordinator and of
+`dmtcp-command -s/-l/-c/-bc/-kc/-k/-q`,
 read without click (whose import alone takes about 20 ms, a third of what
 those commands may take in all).  Anything else (--help, --version, a
 value to complain about, an option these do not know) gives None, and the
@@ -120,7 +121,7 @@ def _keep(text: str | None) -> int | None:
     return int(text)
 
 
-def _options(line: _Line, where: Coordinates, flags: dict[str, tuple[str, object]],
+def _options(line: _Line, where: Coordinates | None, flags: dict[str, tuple[str, object]],
              valued: dict[str, tuple[str, object]], got: dict) -> bool:
     """Read options up to the first word that is not one into got: a flag
     sets its dest to its value, a valued option its dest to convert(text).
@@ -128,7 +129,7 @@ def _options(line: _Line, where: Coordinates, flags: dict[str, tuple[str, object
     flag, a value convert refuses, --help, --version)."""
     while (found := line.next_option()) is not None:
         option, inline = found
-        taken = where.take(line, option, inline)
+        taken = where.take(line, option, inline) if where is not None else False
         if taken is None:
             return False
         if taken:
@@ -301,3 +302,68 @@ def action_args(words: list[str]) -> ActionArgs | None:
     if line.rest() or len(got) != 1:
         return None
     return ActionArgs(where.host, where.port, next(iter(got)))
+
+
+class CoordinatorArgs:
+    """What dmtcp-coordinator was asked, as its click command reads it too.
+    None: the option's default (coordinating.py has them)."""
+
+    def __init__(self, *, port: int, listen_host: str = "127.0.0.1",
+                 port_file: str | None = None, ckptdir: str | None = None,
+                 interval: float | str = 0, exit_on_last: bool = False,
+                 exit_after_ckpt: bool = False, auto_restart: bool = False,
+                 max_restarts: int | None = None, hosts: str | None = None,
+                 heartbeat: float | None = None, heartbeat_timeout: float | None = None,
+                 replicas: int = 0, keep: int | None = None, rebalance: bool = False,
+                 rebalance_after: float | None = None, daemon: bool = False,
+                 quiet: bool = False) -> None:
+        self.port, self.listen_host, self.port_file = port, listen_host, port_file
+        self.ckptdir, self.interval, self.keep = ckptdir, interval, keep
+        self.exit_on_last, self.exit_after_ckpt = exit_on_last, exit_after_ckpt
+        self.auto_restart, self.max_restarts, self.hosts = auto_restart, max_restarts, hosts
+        self.heartbeat, self.heartbeat_timeout = heartbeat, heartbeat_timeout
+        self.replicas = replicas
+        self.rebalance, self.rebalance_after = rebalance, rebalance_after
+        self.daemon, self.quiet = daemon, quiet
+
+
+# the coordinator's options for recovery, replicas and rebalancing, and
+# their variables, are click's alone
+_COORDINATOR_CLICK_ENV = ("DMTCP_AUTO_RESTART", "DMTCP_MAX_RESTARTS", "DMTCP_HOSTS",
+                          "DMTCP_HEARTBEAT", "DMTCP_HEARTBEAT_TIMEOUT", "DMTCP_REPLICAS",
+                          "DMTCP_REBALANCE", "DMTCP_REBALANCE_AFTER")
+_COORDINATOR_FLAGS = {"--daemon": ("daemon", True), "--exit-on-last": ("exit_on_last", True),
+                      "--exit-after-ckpt": ("exit_after_ckpt", True),
+                      "-q": ("quiet", True), "--quiet": ("quiet", True)}
+
+
+def _file(text: str) -> str | None:
+    """--port-file: not a directory (click.Path(dir_okay=False))."""
+    return text if text and not os.path.isdir(text) else None
+
+
+def _directory(text: str) -> str | None:
+    """--ckptdir: not a file (click.Path(file_okay=False))."""
+    return text if text and not (os.path.exists(text) and not os.path.isdir(text)) else None
+
+
+def coordinator_args(words: list[str]) -> CoordinatorArgs | None:
+    if any(os.environ.get(name) for name in _COORDINATOR_CLICK_ENV):
+        return None
+    env_port = os.environ.get("DMTCP_COORD_PORT")
+    got: dict = {"port": _port(env_port) if env_port else DEFAULT_PORT}
+    for dest, name, convert in (("ckptdir", "DMTCP_CHECKPOINT_DIR", _directory),
+                                ("interval", "DMTCP_CHECKPOINT_INTERVAL", _interval),
+                                ("keep", "DMTCP_KEEP", _keep)):
+        if os.environ.get(name):
+            got[dest] = convert(os.environ[name])
+    if any(value is None for value in got.values()):
+        return None  # a variable for click to refuse
+    valued = {"-p": ("port", _port), "--coord-port": ("port", _port),
+              "--listen": ("listen_host", _text), "--port-file": ("port_file", _file),
+              "--ckptdir": ("ckptdir", _directory), "-i": ("interval", _interval),
+              "--interval": ("interval", _interval), "--keep": ("keep", _keep)}
+    line = _Line(words)
+    if not _options(line, None, _COORDINATOR_FLAGS, valued, got) or line.rest():
+        return None
+    return CoordinatorArgs(**got)

@@ -15,6 +15,7 @@ from dmtcp_py.coordinator.interval import AutoInterval
 from dmtcp_py.coordinator.nameservice import NameService
 from dmtcp_py.coordinator.recovery import Failure, Phase, Recovery, RecoveryPolicy
 from dmtcp_py.coordinator.traffic import TrafficMatrix
+from dmtcp_py.frozen import record
 from dmtcp_py.protocol.messages import (
     Barrier,
     CancelMove,
@@ -52,19 +53,19 @@ from dmtcp_py.protocol.states import State, next_state
 
 # ---- actions the server carries out -------------------------------------
 
-@dataclass(frozen=True)
+@record
 class SendAgent:
     agent_id: int
     message: Message
 
 
-@dataclass(frozen=True)
+@record
 class ReplyClient:
     client_id: int
     message: Message  # a Reply, or a Progress to a client that asked for it
 
 
-@dataclass(frozen=True)
+@record
 class GenerationComplete:
     """Every tree's images of this generation are published: write the
     restart script."""
@@ -72,18 +73,18 @@ class GenerationComplete:
     images: tuple[ImageInfo, ...]
 
 
-@dataclass(frozen=True)
+@record
 class Notice:
     text: str
 
 
-@dataclass(frozen=True)
+@record
 class CloseAgent:
     """Close an agent's connection (it went silent); agent_left follows."""
     agent_id: int
 
 
-@dataclass(frozen=True)
+@record
 class RestartGeneration:
     """Recovery: run the restart of these images (the way the restart
     script does), old host -> new host as placed; when the command ends,
@@ -99,7 +100,7 @@ class RestartGeneration:
     serial: int = 0
 
 
-@dataclass(frozen=True)
+@record
 class MoveTrees:
     """Migration: restart these images (the moving trees' fresh dumps) the
     way the restart script does, old host -> new host; when the command
@@ -111,7 +112,7 @@ class MoveTrees:
     lost_hosts: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class Shutdown:
     reason: str
 

@@ -20,9 +20,10 @@ import math
 import sys
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, ClassVar
 
+from dmtcp_py.frozen import record
 from dmtcp_py.protocol import codec
 from dmtcp_py.protocol.states import State
 
@@ -130,66 +131,8 @@ def _check(kind: Any, value: Any, where: str) -> None:
 
 
 class _Checked:
-    """A frozen record that checks every field against its annotation and
-    range when built.
-
-    Its methods are written once, here, for every record: @dataclass
-    (frozen=True) compiles an __init__, __eq__, __hash__, __repr__,
-    __setattr__ and __delattr__ of their own for each class, and for the
-    classes below that took 15-18 ms of every process that imports them
-    (the coordinator, each agent, a launch).  @_record keeps what
-    dataclasses gives without compiling (fields(), replace(), asdict())."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        cls = type(self)
-        spec = _INIT.get(cls) or _init_spec(cls)
-        if len(args) > len(spec):
-            raise TypeError(f"{cls.__name__}() takes {len(spec)} positional arguments "
-                            f"but {len(args)} were given")
-        put = object.__setattr__
-        for (name, _, _), value in zip(spec, args):
-            if name in kwargs:
-                raise TypeError(f"{cls.__name__}() got multiple values for argument {name!r}")
-            put(self, name, value)
-        used = 0
-        for name, default, factory in spec[len(args):]:
-            if name in kwargs:
-                value = kwargs[name]
-                used += 1
-            elif default is not dataclasses.MISSING:
-                value = default
-            elif factory is not dataclasses.MISSING:
-                value = factory()
-            else:
-                raise TypeError(f"{cls.__name__}() missing required argument {name!r}")
-            put(self, name, value)
-        if used != len(kwargs):
-            names = {name for name, _, _ in spec}
-            unknown = next(k for k in kwargs if k not in names)
-            raise TypeError(f"{cls.__name__}() got an unexpected keyword argument {unknown!r}")
-        self.__post_init__()
-
-    def _values(self) -> tuple:
-        return tuple(getattr(self, name) for name, _, _ in _INIT.get(type(self)) or
-                     _init_spec(type(self)))
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            return self._values() == other._values()  # type: ignore[attr-defined]
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self._values())
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self))
-        return f"{type(self).__qualname__}({shown})"
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+    """A record (frozen.py) that checks every field against its annotation
+    and range when built."""
 
     def __post_init__(self) -> None:
         where = getattr(self, "TYPE", type(self).__name__)
@@ -201,23 +144,6 @@ class _Checked:
                 raise MessageError(f"{where}.{f.name}: {value} is below {low}")
 
 
-_INIT: dict[type, tuple[tuple[str, Any, Any], ...]] = {}  # (name, default, factory)s
-
-
-def _init_spec(cls: type) -> tuple[tuple[str, Any, Any], ...]:
-    spec = _INIT[cls] = tuple((f.name, f.default, f.default_factory)
-                              for f in dataclasses.fields(cls))
-    return spec
-
-
-def _record(cls: type) -> type:
-    """A record class: its fields as @dataclass reads them, its methods
-    _Checked's (nothing is compiled per class)."""
-    if cls.__doc__ is None:  # else dataclass derives one, with inspect
-        cls.__doc__ = cls.__name__
-    return dataclass(init=False, repr=False, eq=False)(cls)
-
-
 def _field_kinds(cls: type) -> list[Any]:
     hints = _hints(cls)
     return [hints[f.name] for f in dataclasses.fields(cls)]
@@ -225,7 +151,7 @@ def _field_kinds(cls: type) -> list[Any]:
 
 # ---- records carried inside messages -----------------------------------------
 
-@_record
+@record
 class ProcInfo(_Checked):
     """One process of a tree, as `dmtcp-command -l` shows it."""
     pid: int = _at_least(0)
@@ -233,7 +159,7 @@ class ProcInfo(_Checked):
     rank: int | None = None  # its MPI rank, when a launcher gave it one
 
 
-@_record
+@record
 class Endpoint(_Checked):
     """A parked socket as the agent reports it for matching: its own
     address and its peer's; a datagram socket has no connection."""
@@ -242,7 +168,7 @@ class Endpoint(_Checked):
     udp: bool = False
 
 
-@_record
+@record
 class ConnMatch(_Checked):
     """The answer for one endpoint: the connection it is an end of, and
     which end (the two ends drain and refill together)."""
@@ -255,7 +181,7 @@ class ConnMatch(_Checked):
             raise MessageError(f"matched: side {self.side!r} is not a or b")
 
 
-@_record
+@record
 class ImageInfo(_Checked):
     """One tree's image of a generation, as the restart script needs it."""
     path: str
@@ -270,14 +196,14 @@ class ImageInfo(_Checked):
     replicas: tuple[Copy, ...] = ()
 
 
-@_record
+@record
 class Copy(_Checked):
     """Where a replica of an image is: a host, and the path there."""
     host: str
     path: str
 
 
-@_record
+@record
 class ReplicaTarget(_Checked):
     """An agent that takes replicas: its host, and where it listens."""
     host: str
@@ -285,7 +211,7 @@ class ReplicaTarget(_Checked):
     port: int = _at_least(1)
 
 
-@_record
+@record
 class KilledProcess(_Checked):
     """A process of a tree that a failure signal killed (SIGKILL, SIGSEGV,
     a core dump...), as its parent saw it reaped."""
@@ -295,7 +221,7 @@ class KilledProcess(_Checked):
     core: bool = False
 
 
-@_record
+@record
 class FlowInfo(_Checked):
     """One established TCP connection of a tree: its two ends ("ip:port")
     and its byte counters since it began (sent: acknowledged by the peer)."""
@@ -318,14 +244,14 @@ def _message(type_: str):
     return register
 
 
-@_record
+@record
 class Message(_Checked):
     TYPE: ClassVar[str] = ""
 
 
 # any peer -> coordinator, first message of a connection
 @_message("hello")
-@_record
+@record
 class Hello(Message):
     role: Role
     token: str
@@ -343,7 +269,7 @@ class Hello(Message):
 
 # coordinator -> peer, the answer to hello
 @_message("welcome")
-@_record
+@record
 class Welcome(Message):
     comp_id: str
     agent_id: int = _at_least(0)
@@ -367,7 +293,7 @@ class Welcome(Message):
 
 # agent -> coordinator: where it takes replicas of other hosts' images
 @_message("replica_service")
-@_record
+@record
 class ReplicaService(Message):
     address: str
     port: int = _at_least(1)
@@ -375,7 +301,7 @@ class ReplicaService(Message):
 
 # coordinator -> agent: copy the published image of a generation there
 @_message("replicate")
-@_record
+@record
 class Replicate(Message):
     generation: int = _at_least(1)
     path: str = ""
@@ -384,7 +310,7 @@ class Replicate(Message):
 
 # agent -> coordinator: a replica was written (or not) on a host
 @_message("replicated")
-@_record
+@record
 class Replicated(Message):
     generation: int = _at_least(1)
     host: str = "?"
@@ -395,7 +321,7 @@ class Replicated(Message):
 
 # agent <-> coordinator: still here (any message says as much)
 @_message("heartbeat")
-@_record
+@record
 class Heartbeat(Message):
     pass
 
@@ -403,7 +329,7 @@ class Heartbeat(Message):
 # agent -> coordinator, every few seconds while its tree runs: the tree's
 # TCP connections and their counters (coordinator/traffic.py)
 @_message("traffic")
-@_record
+@record
 class Traffic(Message):
     flows: tuple[FlowInfo, ...] = ()
 
@@ -411,7 +337,7 @@ class Traffic(Message):
 # agent -> coordinator, with each traffic sample: how busy the CPUs the
 # tree may use are, and how much of them the tree had (coordinator/rebalance.py)
 @_message("load")
-@_record
+@record
 class Load(Message):
     interval: float = _at_least(0.0)  # seconds the figures are over
     cpus: tuple[int, ...] = ()        # the CPUs the tree may run on (its affinity)
@@ -432,7 +358,7 @@ class Load(Message):
 
 # agent -> coordinator, before it leaves: how its tree ended
 @_message("tree_ended")
-@_record
+@record
 class TreeEnded(Message):
     code: int                   # the program's exit code, or -N: killed by signal N
     requested: bool = False     # killed on the coordinator's word (Kill)
@@ -443,7 +369,7 @@ class TreeEnded(Message):
 
 
 @_message("refused")
-@_record
+@record
 class Refused(Message):
     error: str
 
@@ -454,7 +380,7 @@ class Refused(Message):
 
 # agent -> coordinator: the tree's processes now
 @_message("peers")
-@_record
+@record
 class Peers(Message):
     procs: tuple[ProcInfo, ...] = ()
 
@@ -465,7 +391,7 @@ class Peers(Message):
 
 # agent -> coordinator: the tree reached a barrier's state (or failed to)
 @_message("reached")
-@_record
+@record
 class Reached(Message):
     state: State
     ok: bool
@@ -479,7 +405,7 @@ class Reached(Message):
 
 # agent -> coordinator: the images of a generation are durable (or not)
 @_message("published")
-@_record
+@record
 class Published(Message):
     generation: int = _at_least(1)
     ok: bool = True
@@ -488,7 +414,7 @@ class Published(Message):
 
 # agent -> coordinator: parked sockets, for matching their two ends
 @_message("sockets")
-@_record
+@record
 class Sockets(Message):
     generation: int = _at_least(0)
     endpoints: tuple[Endpoint, ...] = ()
@@ -496,21 +422,21 @@ class Sockets(Message):
 
 # agent -> coordinator: a name (where a listener or connection end is now)
 @_message("publish")
-@_record
+@record
 class Publish(Message):
     key: str
     value: str
 
 
 @_message("lookup")
-@_record
+@record
 class Lookup(Message):
     key: str
 
 
 # a program under control asked for a checkpoint (dmtcp_checkpoint())
 @_message("ckpt_request")
-@_record
+@record
 class CkptRequest(Message):
     pass
 
@@ -518,7 +444,7 @@ class CkptRequest(Message):
 # agent -> coordinator -> clients that asked for it: image bytes written so
 # far, of about this many (the trees' resident memory)
 @_message("progress")
-@_record
+@record
 class Progress(Message):
     generation: int = _at_least(0)
     written: int = _at_least(0)
@@ -529,7 +455,7 @@ class Progress(Message):
 
 # agent <-> agent, through the coordinator: refill data of one connection
 @_message("relay")
-@_record
+@record
 class Relay(Message):
     conn: str
     data: str  # base64
@@ -537,7 +463,7 @@ class Relay(Message):
 
 # coordinator -> agent: go to this state
 @_message("barrier")
-@_record
+@record
 class Barrier(Message):
     state: State
     generation: int = _at_least(0, 0)
@@ -552,7 +478,7 @@ class Barrier(Message):
 
 
 @_message("kill")
-@_record
+@record
 class Kill(Message):
     moved_to: str = ""  # the tree runs on there now: its old copy ends, no failure
 
@@ -560,14 +486,14 @@ class Kill(Message):
 # coordinator -> agent: the migration failed; stop making connections
 # again (what waits for the moved trees' new copies gives up)
 @_message("cancel_move")
-@_record
+@record
 class CancelMove(Message):
     pass
 
 
 # coordinator -> agent: the ends of connections under control
 @_message("matched")
-@_record
+@record
 class Matched(Message):
     generation: int = _at_least(0)
     peers: dict[str, ConnMatch] = field(default_factory=dict)  # endpoint id -> match
@@ -576,7 +502,7 @@ class Matched(Message):
 
 # coordinator -> agent: every tree dumped (ok) or one failed
 @_message("commit")
-@_record
+@record
 class Commit(Message):
     generation: int = _at_least(1)
     ok: bool = True
@@ -585,14 +511,14 @@ class Commit(Message):
 # coordinator -> agent: a checkpoint round ended, every image published
 # (ok), or it failed
 @_message("generation_done")
-@_record
+@record
 class GenerationDone(Message):
     generation: int = _at_least(0)
     ok: bool = True
 
 
 @_message("found")
-@_record
+@record
 class Found(Message):
     key: str
     value: str
@@ -600,7 +526,7 @@ class Found(Message):
 
 # client -> coordinator
 @_message("command")
-@_record
+@record
 class Command(Message):
     cmd: Cmd
     blocking: bool = False     # checkpoint: answer when it is over
@@ -618,7 +544,7 @@ class Command(Message):
 # fields, the trees, a checkpoint's figures); it travels flat beside ok and
 # error, and the coordinator is the only one that builds it.
 @_message("reply")
-@_record
+@record
 class Reply(Message):
     ok: bool
     error: str | None = None

@@ -170,3 +170,51 @@ def test_action_lines_same_as_click(monkeypatch, words, action):
 ])
 def test_other_action_lines_are_left_to_click(words):
     assert fastargs.action_args(words) is None
+
+
+def _coordinator_by_click(monkeypatch, words: list[str]) -> dict:
+    from dmtcp_py.cli import coordinator_click
+    return _handed_by_click(monkeypatch, coordinator_click, "serve", words)
+
+
+def _with_defaults(fast: fastargs.CoordinatorArgs) -> dict:
+    """fast's options, those it left None as coordinating.serve takes them."""
+    from dmtcp_py.cli import coordinating
+    got = vars(fast)
+    return {**got, **{k: v for k, v in coordinating.defaults().items() if got[k] is None}}
+
+
+@pytest.mark.parametrize("words", [
+    [],
+    ["--daemon", "--exit-on-last", "-q", "--coord-port", "0", "--port-file", "/tmp/pf"],
+    ["-p", "7003", "--listen", "0.0.0.0", "--ckptdir=/data", "-i", "auto", "--keep", "2"],
+    ["--interval=1.5", "--exit-after-ckpt", "--quiet"],
+])
+def test_coordinator_same_as_click(monkeypatch, words):
+    fast = fastargs.coordinator_args(words)
+    assert fast is not None
+    assert _with_defaults(fast) == _coordinator_by_click(monkeypatch, words)
+
+
+def test_coordinator_environment_same_as_click(monkeypatch):
+    env = {"DMTCP_COORD_PORT": "7100", "DMTCP_CHECKPOINT_INTERVAL": "4", "DMTCP_KEEP": "3",
+           "DMTCP_CHECKPOINT_DIR": "/ck"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    fast = fastargs.coordinator_args([])
+    assert _with_defaults(fast) == _coordinator_by_click(monkeypatch, [])
+
+
+@pytest.mark.parametrize("words", [
+    ["--help"], ["--version"], ["-h"], ["-p", "70000"], ["--auto-restart"], ["--bogus"],
+    ["-i", "-1"], ["--daemon=1"], ["--hosts", "a,b"], ["extra"], ["--port-file", "/"],
+])
+def test_unusual_coordinator_lines_are_left_to_click(words):
+    assert fastargs.coordinator_args(words) is None
+
+
+@pytest.mark.parametrize("name", ["DMTCP_AUTO_RESTART", "DMTCP_HOSTS", "DMTCP_HEARTBEAT",
+                                  "DMTCP_REPLICAS", "DMTCP_REBALANCE"])
+def test_coordinator_recovery_variables_are_left_to_click(monkeypatch, name):
+    monkeypatch.setenv(name, "1")
+    assert fastargs.coordinator_args(["--daemon"]) is None

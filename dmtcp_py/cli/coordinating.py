@@ -1,0 +1,171 @@
+"""What dmtcp-coordinator does, however its command line was read
+(fastargs.py's coordinator_args or coordinator_click.py)."""
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import secrets
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from dmtcp_py import logs
+from dmtcp_py.cli.fastargs import AUTO, CoordinatorArgs
+from dmtcp_py.coordinator import console, rebalance as rebalancing, recovery
+from dmtcp_py.coordinator.machine import CoordinatorMachine
+from dmtcp_py.coordinator.server import CoordinatorServer
+from dmtcp_py.errors import UserError
+from dmtcp_py.paths import token_file
+
+
+def defaults() -> dict:
+    """What an option that fastargs left None is (click's defaults)."""
+    return {"max_restarts": recovery.MAX_RESTARTS, "heartbeat": recovery.HEARTBEAT,
+            "heartbeat_timeout": recovery.HEARTBEAT_TIMEOUT,
+            "rebalance_after": rebalancing.AFTER}
+
+
+def serve(a: CoordinatorArgs) -> int:
+    """Coordinate a computation until it ends (or a quit); the exit code."""
+    for name, value in defaults().items():
+        if getattr(a, name) is None:
+            setattr(a, name, value)
+    heartbeat, heartbeat_timeout = a.heartbeat, a.heartbeat_timeout
+    coord_port, listen_host, port_file, ckptdir = a.port, a.listen_host, a.port_file, a.ckptdir
+    interval, daemon, quiet = a.interval, a.daemon, a.quiet
+    if heartbeat and heartbeat_timeout and heartbeat_timeout <= heartbeat:
+        raise UserError(f"--heartbeat-timeout ({heartbeat_timeout:g} s) must be longer than "
+                        f"--heartbeat ({heartbeat:g} s)")
+    if a.rebalance and not a.hosts:
+        raise UserError("--rebalance needs --hosts (the hosts the trees may move to)")
+    policy = recovery.RecoveryPolicy(auto_restart=a.auto_restart, max_restarts=a.max_restarts,
+                                     heartbeat=heartbeat, heartbeat_timeout=heartbeat_timeout,
+                                     hosts=_hosts(a.hosts), replicas=a.replicas)
+    ready_fd = _daemonize() if daemon else None
+    token = os.environ.get("DMTCP_COORD_TOKEN") or _left_token(coord_port) \
+        or secrets.token_hex(16)
+    ckpt = Path(ckptdir).resolve() if ckptdir else None
+    machine = CoordinatorMachine(uuid.uuid4().hex[:12], exit_on_last=a.exit_on_last,
+                                 exit_after_ckpt=a.exit_after_ckpt,
+                                 interval=0.0 if interval == AUTO else interval,
+                                 interval_auto=interval == AUTO,
+                                 now=time.monotonic(), ckptdir=str(ckpt) if ckpt else None,
+                                 keep=a.keep,
+                                 policy=policy,
+                                 rebalance_after=a.rebalance_after if a.rebalance else 0.0)
+    server = CoordinatorServer(machine, token, host=listen_host, port=coord_port,
+                               ckptdir=ckpt, quiet=quiet or daemon)
+    return asyncio.run(_main(server, port_file, ready_fd, console_on=not daemon))
+
+
+def _hosts(spec: str | None) -> tuple[str, ...]:
+    """--hosts: h1,h2,... or @FILE (one host per line, # comments)."""
+    if not spec:
+        return ()
+    if spec.startswith("@"):
+        try:
+            text = Path(spec[1:]).read_text()
+        except OSError as exc:
+            raise UserError(f"--hosts: cannot read {spec[1:]}: {exc.strerror}") from None
+        words = [line.split("#", 1)[0].strip() for line in text.splitlines()]
+    else:
+        words = [w.strip() for w in spec.split(",")]
+    hosts = tuple(dict.fromkeys(w for w in words if w))
+    if not hosts:
+        raise UserError(f"--hosts {spec}: no host named")
+    return hosts
+
+
+def _left_token(port: int) -> str | None:
+    """The token of a coordinator that died on this port without removing
+    its file (a clean exit removes it): reused, so that the agents it left
+    running rejoin us.  If that coordinator still lived, we could not bind
+    its port and would exit."""
+    if port == 0:
+        return None
+    try:
+        return token_file(port).read_text().strip() or None
+    except OSError:
+        return None
+
+
+async def _main(server: CoordinatorServer, port_file, ready_fd, console_on: bool) -> int:
+    try:
+        port = await server.start()
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            msg = f"port {server.port} is already in use (another coordinator?)"
+        else:
+            msg = f"cannot listen on {server.host}:{server.port}: {exc.strerror or exc}"
+        _report_ready(ready_fd, "error " + msg)
+        raise UserError(msg) from None
+    logs.setup(f"coordinator-{port}")
+    tf = token_file(port)
+    fd = os.open(tf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(server.token + "\n")
+    if port_file:
+        tmp = Path(str(port_file) + ".tmp")
+        tmp.write_text(f"{port}\n")
+        os.replace(tmp, port_file)
+    server.notice(f"listening on {server.host}:{port}, computation {server.machine.comp_id}")
+    _report_ready(ready_fd, f"ok {port}")
+    if console_on:
+        _start_console(server, asyncio.get_running_loop())
+    try:
+        await server.run_until_shutdown()
+    finally:
+        try:
+            if tf.read_text().strip() == server.token:
+                tf.unlink()
+        except OSError:
+            pass
+    return 0
+
+
+def _start_console(server: CoordinatorServer, loop: asyncio.AbstractEventLoop) -> None:
+    """Read console lines in a thread (stdin may be a tty, a pipe or a file)."""
+    def reader():
+        for line in sys.stdin:
+            loop.call_soon_threadsafe(_console_line, server, line)
+
+    def _console_line(srv, line):
+        text = console.handle(line, srv)
+        if text:
+            print(text, flush=True)
+
+    threading.Thread(target=reader, daemon=True, name="console").start()
+
+
+def _daemonize() -> int:
+    """Fork into the background; the foreground parent exits once the
+    daemon listens (or reports its error), so callers can rely on it."""
+    rfd, wfd = os.pipe()
+    middle = os.fork()
+    if middle > 0:
+        os.close(wfd)
+        with os.fdopen(rfd) as r:
+            status = r.read().strip()
+        os.waitpid(middle, 0)
+        if status.startswith("ok"):
+            os._exit(0)
+        print(f"dmtcp-coordinator: error: {status[6:] or 'failed to start'}", file=sys.stderr)
+        os._exit(1)
+    os.close(rfd)
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+    return wfd
+
+
+def _report_ready(fd, status: str) -> None:
+    if fd is not None:
+        os.write(fd, status.encode())
+        os.close(fd)
