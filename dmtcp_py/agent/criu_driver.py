@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import struct
 import subprocess
 import time
@@ -53,6 +52,7 @@ class _Session:
     knowing criu's pid lets the agent reap exactly its own children."""
 
     def __init__(self, images_dir: Path, log_path: Path) -> None:
+        import socket  # (dumps only: a restore runs CRIU's command line)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(

@@ -24,7 +24,6 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-import psutil
 
 from dmtcp_py.errors import ImageError
 
@@ -55,6 +54,7 @@ def room_in_memory(size: int) -> bool:
     """/dev/shm has room for size bytes twice over (the restored program
     needs as much again)."""
     try:
+        import psutil  # (8 ms: only for a compressed image)
         return psutil.virtual_memory().available > 2 * size and os.path.isdir("/dev/shm")
     except OSError:
         return False

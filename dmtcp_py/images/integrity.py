@@ -18,7 +18,6 @@ checked with those.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import stat
 import threading
@@ -41,6 +40,7 @@ def hasher(algorithm: str):
     if algorithm == "blake3":
         return blake3.blake3()
     if algorithm == "sha256":
+        import hashlib  # (OpenSSL's load: 5 ms of a restart of a new image, which needs none)
         return hashlib.sha256()
     raise ValueError(f"unknown digest algorithm {algorithm!r}")
 

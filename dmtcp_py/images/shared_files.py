@@ -24,7 +24,6 @@ Manifest entries (Manifest.shared_files), told apart by their keys:
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import logging
 import os
 import shutil
@@ -291,6 +290,7 @@ class _WriteLock:
     other."""
 
     def __init__(self, path: str) -> None:
+        import hashlib  # (not at import: OpenSSL's load is 5 ms of a restart's start)
         bucket = int.from_bytes(hashlib.sha256(path.encode()).digest()[:4], "little")
         self.name = run_dir() / f"writeback-{bucket % LOCK_BUCKETS:02d}.lock"
 
@@ -417,6 +417,7 @@ def _digest(path: str, st: os.stat_result) -> str | None:
     if key not in _digests:
         try:
             with open(path, "rb") as f:
+                import hashlib
                 _digests[key] = hashlib.file_digest(f, "sha256").hexdigest()
         except OSError:
             return None
