@@ -13,6 +13,7 @@ import os
 from dmtcp_py.errors import CoordinatorUnreachable, UserError
 from dmtcp_py.paths import hostname, run_dir_name
 from dmtcp_py.protocol.handshake import Coordinator
+from dmtcp_py.tokens import resolve_token
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
@@ -30,6 +31,8 @@ class Starting:
         self.port = port  # as asked (0: any; wait() says which)
         self.interval, self.token, self.keep = interval, token, keep
         self._pid: int | None = None
+        self._port: int | None = None  # once wait() saw it listen
+        self._failed: str | None = None  # once wait() saw it fail: why
         self._errors = -1
         self._port_file = ""
 
@@ -82,6 +85,10 @@ class Starting:
         """Once it listens (its daemon's parent exits then): its port, or
         UserError saying why it could not start."""
         assert self._pid is not None, "begin() first"
+        if self._port is not None:
+            return self._port
+        if self._failed is not None:
+            raise UserError(self._failed)
         with os.fdopen(self._errors) as r:
             errors = r.read().strip().splitlines()
         _, status = os.waitpid(self._pid, 0)
@@ -92,9 +99,37 @@ class Starting:
         except (OSError, ValueError):
             port = None
         if os.waitstatus_to_exitcode(status) != 0 or port is None:
-            raise UserError(errors[-1].split("error: ", 1)[-1] if errors
+            self._failed = (errors[-1].split("error: ", 1)[-1] if errors
                             else "could not start a coordinator")
+            raise UserError(self._failed)
+        self._port = port
         return port
+
+    def stop(self) -> None:
+        """End a coordinator begun for a restart that failed before any
+        agent joined it: it would wait for one for ever."""
+        if self._pid is None:
+            return
+        try:
+            port = self.wait()
+        except UserError:
+            return  # it did not start
+        try:
+            with Coordinator("127.0.0.1", port) as coordinator:
+                coordinator.hello(resolve_token(port))
+                coordinator.command("quit", 5.0)
+        except (UserError, OSError):
+            return  # gone already
+        # gone when this returns: the port is free for the next command
+        import socket
+        import time
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            except OSError:
+                return
+            time.sleep(0.01)
 
 
 def _name_process(name: bytes) -> None:

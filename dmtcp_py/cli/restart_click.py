@@ -9,7 +9,7 @@ from dmtcp_py import __version__
 from dmtcp_py.cli.base import CONTEXT, coord_host_option, coord_port_option, keep_option
 from dmtcp_py.cli.common import coordinator_choice_options, gzip_option, incremental_option
 from dmtcp_py.cli.fastargs import RestartArgs
-from dmtcp_py.cli.restarting import restart
+from dmtcp_py.cli.restart_flow import run_restart
 
 
 @click.command(context_settings=CONTEXT)
@@ -38,7 +38,7 @@ from dmtcp_py.cli.restarting import restart
 def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, incremental, keep,
         any_owner, allow_changed_files, lazy, generation, images):
     """Restart the trees in the ckpt_*.dmtcp IMAGEs of one computation."""
-    return restart(RestartArgs(host=coord_host, port=coord_port, join=join,
+    return run_restart(RestartArgs(host=coord_host, port=coord_port, join=join,
                                new_coordinator=new_coordinator, ckptdir=ckptdir, gzip=gzip,
                                incremental=incremental, keep=keep, any_owner=any_owner,
                                allow_changed_files=allow_changed_files, lazy=lazy,

@@ -13,70 +13,45 @@ import pwd
 import sys
 from pathlib import Path
 
-from dmtcp_py import criu_access
 from dmtcp_py.agent import stdio
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.restoring import Restore
 from dmtcp_py.cli import fastargs
-from dmtcp_py.cli.coordinators import Starting, exit_code, find_or_start
+from dmtcp_py.cli.coordinators import Starting, exit_code
 from dmtcp_py.errors import UserError
 from dmtcp_py.images import integrity, manifest, shared_files, store
 from dmtcp_py.tokens import resolve_token
 
 
-def restart(a: fastargs.RestartArgs) -> int:
-    """Restart the trees in a.images, of one computation; the exit code."""
-    coord_host, coord_port, join, new_coordinator = a.host, a.port, a.join, a.new_coordinator
+def restart(a: fastargs.RestartArgs, starting: Starting | None) -> int:
+    """Restart the trees in a.images, of one computation, under the
+    coordinator that answers on a's port or under starting, begun already
+    (restart.coordinator_for); the exit code."""
+    coord_host, coord_port = a.host, a.port
     ckptdir, gzip, incremental, keep, lazy = a.ckptdir, a.gzip, a.incremental, a.keep, a.lazy
     images, generation = a.images, a.generation
-    if (why := criu_access.problem()) is not None:
-        raise UserError(f"cannot restore: {why}")
-    if generation is not None:
-        images = [_of_generation(Path(i), generation) for i in images]
-    loaded = [(Path(i).resolve(), manifest.load(Path(i))) for i in images]
-    comps = {m.comp_id for _, m in loaded}
-    if len(comps) > 1:
-        raise UserError("the images belong to different computations: " + ", ".join(sorted(comps)))
-    gens = {m.generation for _, m in loaded}
-    if len(gens) > 1:
-        raise UserError(f"the images are of different generations ({sorted(gens)}); "
-                        "restart one generation")
-    for _, m in loaded:
-        stdio.check_restartable(m.stdio)
-    trees = {m.tree_id for _, m in loaded}
-    if len(trees) < len(loaded):
-        raise UserError("the same tree is given twice")
-    if not a.any_owner:
-        for image, _ in loaded:
-            _check_owner(image)
-    # every byte as published before anything is written or started; the
-    # memory pages are checked by each agent while CRIU restores them
-    checks = [(image, *integrity.expected(m)) for image, m in loaded]
-    integrity.verify_all([(image, algorithm, integrity.split(digests)[0])
-                          for image, algorithm, digests in checks])
-    if not a.allow_changed_files:
-        _check_read_only_files([e for _, m in loaded for e in m.shared_files])
-    found = find_or_start(coord_host, coord_port, join=join, new=new_coordinator, keep=keep)
-    begun = None
-    if isinstance(found, Starting):
-        if len(loaded) == 1 and not loaded[0][1].sockets:
-            # a fresh coordinator refuses no tree: nothing is put back
-            # for a restart it then turns down
-            begun = Restore(*loaded[0], lazy=lazy)
-            begun.prepare()
-        found.begin()  # (a fork: before the restore's threads)
-        if begun is not None:
-            begun.begin()
-            _import_agent()  # while CRIU restores and the coordinator starts
-        try:
-            port = found.wait()
-        except UserError:
-            if begun is not None:
-                begun.abandon()
-            raise
-    else:
-        found.close()
+    try:
+        loaded = _checked_images(a, images, generation)
         port = coord_port
+        begun = None
+        if starting is not None:
+            if len(loaded) == 1 and not loaded[0][1].sockets:
+                # a fresh coordinator refuses no tree: nothing is put back
+                # for a restart it then turns down
+                begun = Restore(*loaded[0], lazy=lazy)
+                begun.prepare()
+                begun.begin()
+                _import_agent()  # while CRIU restores
+            try:
+                port = starting.wait()
+            except UserError:
+                if begun is not None:
+                    begun.abandon()
+                raise
+    except BaseException:
+        if starting is not None:
+            starting.stop()  # no agent joined it: it would wait for one for ever
+        raise
     token = resolve_token(port)
 
     def config(image: Path, m: manifest.Manifest) -> AgentConfig:
@@ -114,6 +89,40 @@ def restart(a: fastargs.RestartArgs) -> int:
         code = exit_code(os.waitstatus_to_exitcode(status))
         worst = worst or code
     return worst
+
+
+def _checked_images(a: fastargs.RestartArgs, images: list[str],
+                    generation: int | None) -> list[tuple[Path, manifest.Manifest]]:
+    """(image, manifest) of each image, once everything but the memory
+    pages is checked: one computation, one generation, each tree once,
+    restartable standard streams, our own images, every small file's
+    digest, and the read-only files the program maps unchanged."""
+    if generation is not None:
+        images = [_of_generation(Path(i), generation) for i in images]
+    loaded = [(Path(i).resolve(), manifest.load(Path(i))) for i in images]
+    comps = {m.comp_id for _, m in loaded}
+    if len(comps) > 1:
+        raise UserError("the images belong to different computations: " + ", ".join(sorted(comps)))
+    gens = {m.generation for _, m in loaded}
+    if len(gens) > 1:
+        raise UserError(f"the images are of different generations ({sorted(gens)}); "
+                        "restart one generation")
+    for _, m in loaded:
+        stdio.check_restartable(m.stdio)
+    trees = {m.tree_id for _, m in loaded}
+    if len(trees) < len(loaded):
+        raise UserError("the same tree is given twice")
+    if not a.any_owner:
+        for image, _ in loaded:
+            _check_owner(image)
+    # every byte as published before anything is written or started; the
+    # memory pages are checked by each agent while CRIU restores them
+    checks = [(image, *integrity.expected(m)) for image, m in loaded]
+    integrity.verify_all([(image, algorithm, integrity.split(digests)[0])
+                          for image, algorithm, digests in checks])
+    if not a.allow_changed_files:
+        _check_read_only_files([e for _, m in loaded for e in m.shared_files])
+    return loaded
 
 
 def _check_owner(image: Path) -> None:

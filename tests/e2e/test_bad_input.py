@@ -59,7 +59,7 @@ def test_restart_missing_image(tmp_path, no_strays):
     port = free_port()
     one_line_error([tool("dmtcp-restart"), "-p", str(port), str(tmp_path / "ckpt_x_1.dmtcp")],
                    "no checkpoint image")
-    assert not listening(port)  # nothing was started
+    assert not listening(port)  # the coordinator it started is gone with it
 
 
 def _truncate_pages(copy):

@@ -97,7 +97,7 @@ def test_other_commands_are_left_to_click(words):
 
 
 def _restart_by_click(monkeypatch, words: list[str]) -> dict:
-    return _handed_by_click(monkeypatch, restart_click, "restart", words)
+    return _handed_by_click(monkeypatch, restart_click, "run_restart", words)
 
 
 @pytest.mark.parametrize("words", [
