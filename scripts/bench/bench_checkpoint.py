@@ -190,6 +190,14 @@ class Workspace:
         self.adopted.append(proc)
         return proc
 
+    def adopt_if_alive(self, pid: int) -> None:
+        """adopt(), for a process just seen in a listing of children: one
+        that ended since (a short-lived helper) has nothing left to kill."""
+        try:
+            self.adopt(pid)
+        except psutil.NoSuchProcess:
+            pass
+
     port_range = PORTS  # a benchmark of its own may take another
 
     def free_port(self, within: range | None = None) -> int:
@@ -393,7 +401,7 @@ def restart(ws: Workspace, image: Path, *options: str) -> Computation:
 
 def adopt_descendants(ws: Workspace, pid: int) -> None:
     for proc in psutil.Process(pid).children(recursive=True):
-        ws.adopt(proc.pid)
+        ws.adopt_if_alive(proc.pid)
 
 
 def our_checkpoint(comp: Computation) -> float:

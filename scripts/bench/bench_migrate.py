@@ -219,9 +219,12 @@ def start(ws: Workspace, program: Path, port: int, ckptdir: Path, label: str,
 
     wait_until(ready, f"{label} to say {word}", READY_TIMEOUT)
     for child in psutil.Process(proc.pid).children(recursive=True):
-        ws.adopt(child.pid)
-        if child.name() == PROGRAM_NAME:
-            member.proc = child
+        ws.adopt_if_alive(child.pid)
+        try:
+            if child.name() == PROGRAM_NAME:
+                member.proc = child
+        except psutil.NoSuchProcess:
+            pass  # a short-lived helper, gone since the listing
     if member.proc is None:
         raise BenchError(f"{label}: no {PROGRAM_NAME} process below dmtcp-launch")
     return member
@@ -284,7 +287,7 @@ def measure(ws: Workspace, program: Path, mib: int, runs: int) -> Result:
                      f"{wall:.3f} s, stayer stopped {result.stayer[-1] * 1e3:.0f} ms, "
                      f"bystander {result.bystander[-1] * 1e3:.0f} ms")
             for p in psutil.Process(coord.pid).children(recursive=True):
-                ws.adopt(p.pid)  # the moved tree's restart, below the coordinator
+                ws.adopt_if_alive(p.pid)  # the moved tree's restart, below the coordinator
             if mover.launch.poll() is None and index == 0:
                 mover.launch.wait(30)
     finally:

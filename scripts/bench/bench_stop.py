@@ -286,7 +286,7 @@ def launch(ws: Workspace, program: Path, procs: int, mib: int) -> Tree:
     if pid is not None:
         ws.adopt(pid)
     for proc in psutil.Process(agent.pid).children(recursive=True):
-        ws.adopt(proc.pid)
+        ws.adopt_if_alive(proc.pid)
         try:
             if proc.name() == PROGRAM_NAME:   # not dmtcp_tree_init, nor a criu of the agent
                 tree.procs.append(proc)
