@@ -65,12 +65,30 @@ static void release_threads(void)
     resume_all();
 }
 
+/* After a stop longer than the sleep asked for (CRIU froze the process
+ * for its dump, or it was just restored), the agent listens again within
+ * milliseconds: retry every millisecond for this long.  The backoff alone
+ * left the agent waiting up to its 20 ms step for each process, with the
+ * program still stopped (the largest part of a small checkpoint's stop
+ * beyond CRIU's own frozen time). */
+#define FAST_AFTER_STOP_MS 200
+#define STOPPED_SLACK_MS 5
+
+static long monotonic_ms(void)
+{
+    struct timespec ts;
+
+    if (syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &ts) != 0)
+        return 0;
+    return (long)ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
 /* Connect, retrying while the agent dumps or restores us; the fd.
  * give_up: after releasing an orphaned suspension, return -1 (a program
  * thread serving from a signal goes back to the program then). */
 static int connect_with_backoff(int give_up)
 {
-    long waited = 0, step = 1;
+    long waited = 0, step = 1, fast = 0;
     int fd;
 
     for (;;) {
@@ -95,8 +113,19 @@ static int connect_with_backoff(int give_up)
             agent_lost = 0;
             return fd;
         }
+        long before = monotonic_ms(), slept;
+
         pause_ms(step);
+        slept = monotonic_ms() - before;
         waited += step;
+        /* (a clock gone back: restored on another host or boot) */
+        if (slept < 0 || slept > step + STOPPED_SLACK_MS)
+            fast = FAST_AFTER_STOP_MS;
+        if (fast > 0) {
+            fast -= step;
+            step = 1;
+            continue;
+        }
         /* fast while a dump or restore is likely to be finishing, then
          * gently: an agent that is gone for good costs little */
         step = waited < 10000 ? (step * 2 > 20 ? 20 : step * 2) : 200;
