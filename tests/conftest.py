@@ -31,7 +31,9 @@ def pytest_configure(config):
 
 def pytest_unconfigure(config):
     base = os.environ.pop(_RUN_BASE, None)
-    if base:
+    if base and os.environ.get("DMTCP_TESTS_KEEP_LOGS"):
+        print(f"\nlogs kept in {base}")  # (to read an intermittent failure's)
+    elif base:
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
+import time
 from typing import Callable
 
 import psutil
@@ -102,6 +104,26 @@ def killed_zombie(pid: int) -> tuple[str, int, bool] | None:
     if signum == 0 or signum == 0x7F:
         return None
     return name, signum, bool(status & 0x80)
+
+
+CRIU_EXIT_WAIT = 2.0  # seconds for a killed CRIU to be gone
+
+
+def _kill_criu() -> None:
+    """SIGKILL this agent's CRIU processes (a restore or dump under way)
+    and wait until each is dead (a zombie, or reaped already)."""
+    criu = [pid for pid in children_of(os.getpid())
+            if (_state_and_name(pid) or ("Z", ""))[1] == "criu"]
+    for pid in criu:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + CRIU_EXIT_WAIT
+    while criu and time.monotonic() < deadline:
+        criu = [pid for pid in criu if (_state_and_name(pid) or ("Z", ""))[0] != "Z"]
+        if criu:
+            time.sleep(0.002)
 
 
 class Tree:
@@ -236,7 +258,6 @@ class Tree:
         A killed tree's processes can come back to us as zombies while
         their threads finish exiting; left unreaped, their pids stay taken
         and the next restore fails ('Can't fork ...: File exists')."""
-        import time
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -247,6 +268,13 @@ class Tree:
                 time.sleep(0.005)
 
     def kill(self) -> None:
+        """Every process of the tree, CRIU first.  A restore under way holds
+        the tree's processes under ptrace: one killed then stays a zombie
+        that its parent cannot reap, and CRIU waits for ever for its next
+        restore stage (seen here: a restart called off by another tree's
+        damaged pages hung in zap_pid_ns_processes).  A dead CRIU lets go,
+        and forks nothing more after the walk below."""
+        _kill_criu()
         for proc in self.processes():
             try:
                 proc.kill()

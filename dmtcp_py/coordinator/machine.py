@@ -197,6 +197,27 @@ class Round:
     commit_ok: bool = False  # every tree dumped: the agents publish
     failed_conns: set[str] = field(default_factory=set)  # not drained at one end
     migration: Migration | None = None  # RoundKind.MIGRATE
+    trees: set[str] = field(default_factory=set)  # restart: the trees that joined
+
+
+@dataclass
+class CalledOff:
+    """A restart that was called off before all of its trees had joined.
+    Its other trees are still on their way (agents of the same dmtcp-restart
+    or restart script); each must be turned away, not taken for the first
+    tree of a new restart, whose round would wait for ever for the trees
+    that already failed."""
+    comp_id: str
+    generation: int
+    trees: frozenset[str]   # the trees that had joined
+    late: int               # trees that had not joined yet
+    reason: str
+    at: float
+
+    def turns_away(self, hello: Hello, now: float, within: float) -> bool:
+        return (self.late > 0 and now - self.at <= within
+                and (hello.comp_id, hello.generation) == (self.comp_id, self.generation)
+                and hello.tree_id not in self.trees)
 
 
 class CoordinatorMachine:
@@ -214,6 +235,7 @@ class CoordinatorMachine:
         self.agents: dict[int, Agent] = {}
         self.generation = 0
         self.round: Round | None = None
+        self.called_off: CalledOff | None = None  # the last restart, if it was
         self.last_checkpoint: dict | None = None
         self.last_migration: dict | None = None
         self._ever_had_agents = False
@@ -306,15 +328,22 @@ class CoordinatorMachine:
             if agent.tree_id in {a.tree_id for a in self.agents.values()}:
                 return f"tree {agent.tree_id} is already being restarted"
             rnd.participants.add(agent.agent_id)
+            rnd.trees.add(agent.tree_id)
             return None
+        off = self.called_off
+        if off is not None and off.turns_away(hello, now, self.policy.restart_timeout):
+            off.late -= 1
+            return f"the restart of generation {off.generation} was called off: {off.reason}"
         if self.agents or rnd is not None:
             return (f"this coordinator is busy with computation {self.comp_id}; "
                     "restart with --new-coordinator or another --coord-port")
+        self.called_off = None
         self.comp_id = hello.comp_id
         self.generation = hello.generation
         self.names.reset()
         self.round = Round(RoundKind.RESTART, hello.generation, State.CHECKPOINTED, now,
-                           participants={agent.agent_id}, expected=hello.num_trees)
+                           participants={agent.agent_id}, expected=hello.num_trees,
+                           trees={agent.tree_id})
         return None
 
     def agent_left(self, agent_id: int, now: float) -> list:
@@ -583,6 +612,7 @@ class CoordinatorMachine:
         moving = {self.agents[a].tree_id: a for a in chosen}
         placement = migration.placement((self.agents[a].host for a in chosen), to)
         self._restart_serial += 1
+        self.called_off = None  # (its trees are this restart's own)
         self.names.reset()  # the moved trees' connections meet through fresh names
         # (not the trees told to end, such as a failed migration's new
         # copies still going: they take no part in a round)
@@ -1040,6 +1070,7 @@ class CoordinatorMachine:
             return actions + self._give_up(str(exc))
         rec.attempt += 1
         self._restart_serial += 1
+        self.called_off = None  # (its trees are this restart's own)
         rec.serial = self._restart_serial
         rec.phase = Phase.RESTARTING
         rec.started = now
@@ -1236,6 +1267,10 @@ class CoordinatorMachine:
         """A restart that lost a tree cannot be consistent: stop the others."""
         rnd = self.round
         assert rnd is not None and rnd.kind is RoundKind.RESTART
+        if len(rnd.trees) < rnd.expected:
+            self.called_off = CalledOff(self.comp_id, rnd.generation, frozenset(rnd.trees),
+                                        rnd.expected - len(rnd.trees),
+                                        "; ".join(rnd.errors) or "a tree failed", now)
         kill = Kill()
         actions: list = [SendAgent(a, kill) for a in sorted(rnd.participants)]
         rnd.participants.clear()

@@ -74,6 +74,32 @@ def test_damaged_pages_of_one_tree_stop_the_whole_restart(comp, programs, tmp_pa
     wait_for(lambda: comp.status()["num_peers"] == 0, what="every restored process to go")
 
 
+def test_damaged_pages_of_a_small_tree_end_the_restore_of_a_big_one(comp, programs, tmp_path):
+    """The small tree's damage is found while CRIU still restores the big
+    one: the big one's restore is ended too, and the restart exits (it hung
+    when its tree was killed under CRIU's ptrace: a zombie nobody reaped)."""
+    control = tmp_path / "control"
+    control.write_text("")
+    # (the small one's restore and check end while CRIU fills the big one)
+    small, _ = comp.launch(*programs["mem_phases"], "64", "0", str(control))
+    big, _ = comp.launch(*programs["mem_phases"], "512", "0", str(control))
+    comp.wait_peers(2)
+    comp.checkpoint()
+    comp.command("-k")
+    for proc in (small, big):
+        proc.wait(timeout=TIMEOUT)
+    images = comp.images()
+    target = min((max(i.glob("pages-*.img"), key=lambda p: p.stat().st_size) for i in images),
+                 key=lambda p: p.stat().st_size)
+    data = bytearray(target.read_bytes())
+    data[len(data) // 3] ^= 0x80
+    target.write_bytes(bytes(data))
+    res = _restart(comp, *map(str, images))
+    assert res.returncode != 0
+    assert target.name in res.stderr and "Traceback" not in res.stderr, res.stderr
+    wait_for(lambda: comp.status()["num_peers"] == 0, what="every restored process to go")
+
+
 def test_another_users_image_is_refused_unless_told(comp, image):
     os.chown(image / "manifest.json", 65534, 65534)
     res = _restart(comp, str(image))

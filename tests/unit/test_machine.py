@@ -583,6 +583,49 @@ def test_restart_agent_failing_aborts_the_restart():
     assert sent(actions, Refused)
 
 
+def test_a_tree_late_for_a_called_off_restart_is_turned_away():
+    """The trees of one restart join one by one; the first failed, was
+    killed and left before the second joined.  The second must not start a
+    new restart round: it would wait for ever for the first."""
+    sim = Sim(0, now=10.0)
+    first, _ = sim.restart_join(num_trees=3, tree_id="tree0")
+    sim.report(first, State.CHECKPOINTED, ok=False, error="pages-2.img is damaged")
+    sim.leave(first)
+    assert sim.m.round is None and not sim.m.agents
+    for late in ("tree1", "tree2"):
+        agent_id, actions = sim.restart_join(num_trees=3, tree_id=late)
+        refusal = sent(actions, Refused)[0].message.error
+        assert "restart of generation 4 was called off" in refusal
+        assert "pages-2.img is damaged" in refusal
+        assert agent_id not in sim.m.agents and sim.m.round is None
+    # every late tree came: the same restart, tried again, is a new one
+    _, actions = sim.restart_join(num_trees=3, tree_id="tree1")
+    assert sent(actions, Refused) == [] and sim.m.round.participants
+
+
+def test_a_called_off_restart_tried_again_starts_anew():
+    sim = Sim(0, now=10.0)
+    first, _ = sim.restart_join(num_trees=2, tree_id="tree0")
+    sim.report(first, State.CHECKPOINTED, ok=False, error="boom")
+    sim.leave(first)
+    # a tree of the failed restart's own comes back first: a new attempt
+    again, actions = sim.restart_join(num_trees=2, tree_id="tree0")
+    assert sent(actions, Refused) == []
+    other, actions = sim.restart_join(num_trees=2, tree_id="tree1")
+    assert sent(actions, Refused) == []
+    assert sim.m.round.participants == {again, other}
+
+
+def test_a_called_off_restart_is_forgotten_after_the_restart_timeout():
+    sim = Sim(0, now=10.0)
+    first, _ = sim.restart_join(num_trees=2, tree_id="tree0")
+    sim.report(first, State.CHECKPOINTED, ok=False, error="boom")
+    sim.leave(first)
+    sim.now = 10.0 + sim.m.policy.restart_timeout + 1
+    _, actions = sim.restart_join(num_trees=2, tree_id="tree1")
+    assert sent(actions, Refused) == [] and sim.m.round is not None
+
+
 def test_restart_agent_leaving_aborts_the_restart():
     sim = Sim(0)
     for i in range(3):
