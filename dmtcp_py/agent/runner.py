@@ -362,7 +362,9 @@ class Agent:
             case am.Send(message):
                 self.link.send(message)
             case am.DoWork(step):
+                began = time.monotonic()
                 result = await self.work.carry_out(step)
+                log.debug("%s took %.1f ms", step.work.value, (time.monotonic() - began) * 1e3)
                 await self._apply(self.machine.work_done(step, result))
             case am.Publish(generation, pending):
                 self._verdict.set()

@@ -66,7 +66,8 @@ def step_of(actions: list) -> Step:
 
 
 def reached(actions: list) -> messages.Reached:
-    [action] = actions
+    *before, action = actions
+    assert all(isinstance(a, Publish) for a in before), actions  # (a release publishes)
     assert isinstance(action, Send) and isinstance(action.message, messages.Reached), actions
     return action.message
 
@@ -189,15 +190,50 @@ def test_a_failed_dump_still_waits_for_the_processes_that_detached():
 
 # ---- images and the commit -------------------------------------------------------------
 
-@pytest.mark.parametrize("ok,kind", [(True, Publish), (False, Discard)])
-def test_images_wait_for_the_commit_of_their_generation(ok, kind):
+def test_images_are_dropped_at_once_when_their_commit_says_so():
     m = fresh()
     go_through(m, ROUND[:4], generation=7)
     assert m.pending is not None and m.pending.generation == 7
     assert m.on_message(messages.Commit(generation=6, ok=True)) == []
-    assert m.on_message(messages.Commit(generation=7, ok=ok)) == [kind(7, "images-7")]
-    assert m.on_message(messages.Commit(generation=7, ok=ok)) == []  # only once
+    assert m.on_message(messages.Commit(generation=7, ok=False)) == [Discard(7, "images-7")]
+    assert m.on_message(messages.Commit(generation=7, ok=False)) == []  # only once
     assert m.pending is None
+
+
+def test_committed_images_are_published_once_the_tree_runs_again():
+    """The commit comes while the tree is still stopped: hashing and
+    writing its images back waits until the release, not to slow it."""
+    m = fresh()
+    go_through(m, ROUND[:4], generation=7)
+    assert m.on_message(messages.Commit(generation=6, ok=True)) == []
+    assert m.on_message(messages.Commit(generation=7, ok=True)) == []
+    assert m.pending is None
+    refill = step_of(m.on_message(barrier(State.REFILLED, 7)))
+    assert m.work_done(refill, WorkResult()) == [
+        Send(messages.Reached(state=State.REFILLED, ok=True))]
+    resume = step_of(m.on_message(barrier(State.RUNNING, 7)))
+    assert m.work_done(resume, WorkResult()) == [
+        Publish(7, "images-7"), Send(messages.Reached(state=State.RUNNING, ok=True))]
+    # only once
+    go_through(m, ROUND, generation=8)
+    assert Publish(7, "images-7") not in m.on_message(messages.Commit(generation=7, ok=True))
+
+
+def test_a_tree_that_its_checkpoint_stopped_publishes_at_the_commit():
+    m = fresh()
+    go_through(m, ROUND[:3], generation=7)
+    go(m, State.CHECKPOINTED, 7, stop=True)
+    assert m.on_message(messages.Commit(generation=7, ok=True)) == [Publish(7, "images-7")]
+
+
+@pytest.mark.parametrize("then", ["coordinator lost", "kill"])
+def test_committed_images_are_published_also_without_a_release(then):
+    m = fresh()
+    go_through(m, ROUND[:4], generation=7)
+    assert m.on_message(messages.Commit(generation=7, ok=True)) == []
+    actions = m.coordinator_lost() if then == "coordinator lost" \
+        else m.on_message(messages.Kill())
+    assert actions.count(Publish(7, "images-7")) == 1
 
 
 def test_a_commit_without_images_is_ignored():
