@@ -45,13 +45,16 @@ def _criu_env(log_path: Path) -> dict | None:
     return None
 
 
-class _Session:
+class DumpSession:
     """One criu swrk process and its RPC options, for a dump.
 
     We start `criu swrk` ourselves and give pycriu the socket (use_fd):
-    knowing criu's pid lets the agent reap exactly its own children."""
+    knowing criu's pid lets the agent reap exactly its own children.  The
+    agent starts it as a round begins (begin_dump), so that CRIU has
+    started (~4 ms here) by the time the tree, stopped meanwhile, is to be
+    dumped."""
 
-    def __init__(self, images_dir: Path, log_path: Path) -> None:
+    def __init__(self, log_path: Path) -> None:
         import socket  # (dumps only: a restore runs CRIU's command line)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -67,10 +70,11 @@ class _Session:
         self.sock = ours
         self.rpc = _pycriu().criu()
         self.rpc.use_fd(ours.fileno())
+        self.log_path = log_path
         # criu opens these through /proc/<our pid>/fd, so they stay ours
-        self.fds = [os.open(images_dir, os.O_DIRECTORY), os.open(log_path.parent, os.O_DIRECTORY)]
+        self.fds = [os.open(log_path.parent, os.O_DIRECTORY)]
         opts = self.rpc.opts
-        opts.images_dir_fd, opts.work_dir_fd = self.fds
+        opts.work_dir_fd = self.fds[0]
         opts.log_file = log_path.name
         opts.log_level = _log_level()
         opts.shell_job = True
@@ -87,9 +91,14 @@ class _Session:
         # what it cannot do instead of trying
         opts.unprivileged = unprivileged()
 
+    def usable(self, log_path: Path) -> bool:
+        """Still waiting for its request, for this log."""
+        return self.proc.poll() is None and self.log_path == log_path
+
     def close(self) -> None:
         for fd in self.fds:
             os.close(fd)
+        self.fds = []
         self.sock.close()  # pycriu closed its socket object; this is the original
         try:
             self.proc.wait(timeout=30)
@@ -99,7 +108,7 @@ class _Session:
 
 
 def _failure(what: str, exc: Exception, log_path: Path,
-             session: "_Session | None" = None) -> CriuError:
+             session: "DumpSession | None" = None) -> CriuError:
     if session is not None:
         try:  # a killed criu is gone at once; one that refused waits for more requests
             status = session.proc.wait(timeout=0.5)
@@ -122,11 +131,24 @@ def _failure(what: str, exc: Exception, log_path: Path,
     return CriuError(f"criu {what} failed: {detail} (log: {log_path})")
 
 
+def begin_dump(log_path: Path) -> DumpSession:
+    """CRIU started for a dump to come (CriuError if it cannot run)."""
+    return DumpSession(log_path)
+
+
 def dump(root_pid: int, images_dir: Path, log_path: Path, *, leave_running: bool,
-         external: list[str]) -> None:
+         external: list[str], session: DumpSession | None = None) -> None:
+    """session: begin_dump's for this log_path, used and closed here
+    (one that ended meanwhile is replaced)."""
     pycriu = _pycriu()
-    session = _Session(images_dir, log_path)
+    if session is not None and not session.usable(log_path):
+        session.close()
+        session = None
+    if session is None:
+        session = DumpSession(log_path)
     try:
+        session.fds.append(os.open(images_dir, os.O_DIRECTORY))
+        session.rpc.opts.images_dir_fd = session.fds[-1]
         session.rpc.opts.pid = root_pid
         session.rpc.opts.leave_running = leave_running
         session.rpc.opts.external.extend(external)

@@ -56,6 +56,8 @@ class TreeWork:
         self._reach_ip = reach_ip  # the address the coordinator knows this host by
         self._sysv_told = False
         self._moved: checkpoint.Checkpoint | None = None  # the image a migration moves
+        # CRIU started as the round began, for its dump (criu_driver.begin_dump)
+        self._criu: asyncio.Future | None = None
 
     async def carry_out(self, step: Step) -> WorkResult:
         """One barrier's work; a bug of ours never leaves the tree stopped."""
@@ -114,7 +116,10 @@ class TreeWork:
         """Every process connected, then stopped; those forked or exec'd
         meanwhile are woken by the next pass (their parents are stopped
         by then, so the passes end)."""
-        exec_deadline = asyncio.get_running_loop().time() + EXEC_GRACE
+        loop = asyncio.get_running_loop()
+        exec_deadline = loop.time() + EXEC_GRACE
+        if self._criu is None:  # while the tree stops (a staying tree's goes unused)
+            self._criu = loop.run_in_executor(None, criu_driver.begin_dump, self._dump_log())
         for _ in range(SUSPEND_PASSES):
             await self.bring_in(exec_deadline=exec_deadline)
             stuck = await self.shims.request_all(records.SUSPEND, records.SUSPENDED, SHIM_TIMEOUT)
@@ -179,12 +184,13 @@ class TreeWork:
             if self.tree.init_dir is not None:
                 init_dir.clear_stale(self.tree.init_dir)
             self.tree.hold_reaping = True
+            session = await self._started_criu()
             ticker = asyncio.create_task(self._report_progress(step.generation, ckpt, procs))
             try:
                 await loop.run_in_executor(None, lambda: ckpt.dump(
-                    self.tree.root_pid, run_dir() / f"criu-dump-{cfg.tree_id}.log",
+                    self.tree.root_pid, self._dump_log(),
                     leave_running=moving or not step.stop, external=facts.external,
-                    follow=self._early_writeback(step, moving)))
+                    follow=self._early_writeback(step, moving), session=session))
             finally:
                 self.tree.hold_reaping = False
                 ticker.cancel()
@@ -221,6 +227,26 @@ class TreeWork:
                                    program=cfg.program, bytes=m.total_bytes,
                                    duration=duration, processes=len(parked))
         return WorkResult(image=image, pending=None if moving else ckpt, parked=parked)
+
+    def _dump_log(self) -> Path:
+        return run_dir() / f"criu-dump-{self.cfg.tree_id}.log"
+
+    async def _started_criu(self) -> criu_driver.DumpSession | None:
+        """The CRIU begun with the round, if it could start (else the dump
+        starts its own, and says why it cannot)."""
+        started, self._criu = self._criu, None
+        if started is None:
+            return None
+        try:
+            return await started
+        except criu_driver.CriuError:
+            return None
+
+    async def _unused_criu(self) -> None:
+        """A round without a dump of ours ends: its CRIU goes."""
+        session = await self._started_criu()
+        if session is not None:
+            await asyncio.get_running_loop().run_in_executor(None, session.close)
 
     def _early_writeback(self, step: Step, moving: bool) -> bool:
         """Hash and write back the page files while CRIU writes them
@@ -316,6 +342,7 @@ class TreeWork:
     async def _resume(self, step: Step) -> WorkResult:
         await self.shims.request_all(records.RESUME, records.RESUMED, SHIM_TIMEOUT,
                                      arg=step.resume_arg)
+        await self._unused_criu()
         return WorkResult()
 
     # ---- outside the barriers -----------------------------------------------------------
@@ -332,6 +359,7 @@ class TreeWork:
             log.exception("giving the sockets back failed")
         await self.shims.request_all(records.RESUME, records.RESUMED, SHIM_TIMEOUT,
                                      arg=resume_arg)
+        await self._unused_criu()
 
     def drop_moved(self) -> None:
         """The image a migration moved this tree with is not needed any

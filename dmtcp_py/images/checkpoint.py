@@ -79,16 +79,18 @@ class Checkpoint:
         return cls(generation, partial, ckptdir / name)
 
     def dump(self, root_pid: int, log_path: Path, *, leave_running: bool,
-             external: list[str], follow: bool = False) -> None:
+             external: list[str], follow: bool = False,
+             session: criu_driver.DumpSession | None = None) -> None:
         """follow: hash the page files while CRIU writes them and start
         their writeback (images.follow); for pages that finish() seals as
-        CRIU left them (not compressed, not chunked)."""
+        CRIU left them (not compressed, not chunked).  session: CRIU
+        started already (criu_driver.begin_dump), used and closed."""
         follower = follow_pages.PageFollower(self.partial) if follow else None
         if follower is not None:
             follower.start()
         try:
             criu_driver.dump(root_pid, self.partial, log_path, leave_running=leave_running,
-                             external=external)
+                             external=external, session=session)
         except BaseException:
             if follower is not None:
                 follower.close()

@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from dmtcp_py import procfs
 from dmtcp_py.fault_injection import hold_env
 from dmtcp_py.protocol.states import State
 from tests.e2e.harness import TIMEOUT, last_tick, ticks, tool, wait_for
@@ -98,6 +99,33 @@ for tick in range(1, 100000):
     print("tick", tick, sum(memory[::1 << 20]), flush=True)
     time.sleep(0.01)
 """
+
+
+def test_the_criu_started_with_a_round_goes_with_the_round(comp, programs):
+    """CRIU starts as the tree stops, for the dump to come; a round that
+    ends without its dump (its coordinator killed) leaves no CRIU behind,
+    nor does a checkpoint."""
+    from dmtcp_py.agent.tree import children_of
+
+    def criu_children(agent: int) -> list[int]:
+        return [pid for pid in children_of(agent)
+                if (procfs.read(f"/proc/{pid}/comm") or "").strip() == "criu"]
+
+    hold = {**os.environ, **hold_env(State.SUSPENDED, 3)}
+    proc, out = comp.launch(*programs["counter_single"], "100000", "10", env=hold)
+    comp.wait_peers(1)
+    with open(comp.root / "bc.err", "w") as err:
+        bc = subprocess.Popen([tool("dmtcp-command"), "-p", str(comp.port), "-bc"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+    wait_for(lambda: criu_children(proc.pid), what="the CRIU started for the dump")
+    comp.coordinator.send_signal(signal.SIGKILL)
+    comp.coordinator.wait()
+    assert bc.wait(timeout=TIMEOUT) != 0
+    seen = last_tick(out)
+    wait_for(lambda: last_tick(out) >= seen + 10, what="the program to go on")
+    wait_for(lambda: not criu_children(proc.pid), what="the unused CRIU to end")
+    proc.terminate()
+    proc.wait(timeout=TIMEOUT)
 
 
 def test_criu_killed_mid_dump_the_program_goes_on_and_the_last_good_image_stays(comp,
