@@ -153,9 +153,13 @@ def test_make_partial(tmp_path):
     assert again == partial and list(again.iterdir()) == []
 
 
-def test_seal_makes_files_private_and_takes_sizes_and_digests(tmp_path, monkeypatch):
-    files = {**FILES, "pages-big.img": os.urandom(3 << 10)}
+@pytest.mark.parametrize("wide", [False, True])
+def test_seal_makes_files_private_and_takes_sizes_and_digests(tmp_path, monkeypatch, wide):
+    files = {**FILES, "pages-big.img": os.urandom((3 << 10) + 5)}
     monkeypatch.setattr(integrity, "FLUSH_APART", 2 << 10)  # one file flushed apart
+    if wide:  # the big one hashed on every core, in several updates
+        monkeypatch.setattr(integrity, "HASH_WIDE_FROM", 2 << 10)
+        monkeypatch.setattr(integrity, "_WIDE_STEP", 1 << 10)
     for name, data in files.items():
         path = tmp_path / name
         path.write_bytes(data)
