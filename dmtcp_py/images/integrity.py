@@ -12,7 +12,8 @@ cache; checking reads each file once.  Both work on several files at a time
 
 The digest is BLAKE3 (the blake3 package): here 0.3 s per GiB on one core,
 read included, against 0.74 s for sha256 (OpenSSL, with the CPU's SHA
-instructions).  Images of earlier versions carry sha256 digests, and are
+instructions); on another day 0.65-0.7 s per GiB on one core, and 0.35 s
+with its own threads, as big files are hashed (HASH_WIDE_FROM).  Images of earlier versions carry sha256 digests, and are
 checked with those.
 """
 from __future__ import annotations
@@ -90,17 +91,27 @@ SEAL_INLINE = 32 << 20
 
 
 # A file this big is hashed by BLAKE3's own threads, over a memory map of
-# it: one GiB of pages took 0.38 s that way against 0.77 s read into a
-# buffer on one thread (here, both cores busy with other work), and the
-# seal of a big image is its hash of its one big page file.
+# it: one GiB of pages in the page cache took 0.35 s that way against
+# 0.65-0.7 s mapped or read into a buffer on one thread, and 0.46-0.63 s
+# read into 4-16 MiB buffers for BLAKE3's threads (the copy is serial).
+# The seal of a big image is the hash of its one big page file, and a
+# restart waits for that file's check (it ran longer than CRIU's restore).
 HASH_WIDE_FROM = 64 << 20
 _WIDE_STEP = 64 << 20  # bytes per update: each is cut up among the threads
 
 _buffers = threading.local()
 
 
+def _wide(algorithm: str, expect: str = "") -> bool:
+    """Whether a big file of this digest can be hashed by _hash_wide (a
+    whole-file BLAKE3 digest: not a data file's list of chunk digests)."""
+    return algorithm == "blake3" and getattr(expect, "lengths", None) is None
+
+
 def _hash_wide(fd: int, size: int) -> str:
-    """The BLAKE3 digest of fd's first size bytes, on every core."""
+    """The BLAKE3 digest of fd's first size bytes, on every core.  (A file
+    cut shorter meanwhile would end the process with SIGBUS: image files
+    are not written once sealed, and the partial directory is ours.)"""
     h = blake3.blake3(max_threads=blake3.blake3.AUTO)
     with mmap.mmap(fd, size, prot=mmap.PROT_READ) as mapped:
         with memoryview(mapped) as view:
@@ -134,6 +145,10 @@ def _hash_fd(fd: int, algorithm: str = ALGORITHM, digest=None) -> str:
 def _digest(path: Path, algorithm: str, expect: str = "") -> str:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
+        if _wide(algorithm, expect):
+            size = os.fstat(fd).st_size
+            if size >= HASH_WIDE_FROM:
+                return _hash_wide(fd, size)
         return _hash_fd(fd, algorithm, hasher_for(algorithm, expect))
     finally:
         os.close(fd)
@@ -173,7 +188,7 @@ def _seal_one(path: str, flusher: Executor | None, durable: bool = True,
             os.fchmod(fd, 0o600)  # whatever CRIU's or the umask's mode was
         big = st.st_size >= FLUSH_APART
         flushed = flusher.submit(os.fsync, fd) if flusher is not None and big else None
-        if followed is None and ALGORITHM == "blake3" and st.st_size >= HASH_WIDE_FROM:
+        if followed is None and _wide(ALGORITHM) and st.st_size >= HASH_WIDE_FROM:
             digest = _hash_wide(fd, st.st_size)
         else:
             hash_more(fd, h)

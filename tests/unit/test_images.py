@@ -177,6 +177,20 @@ def test_seal_makes_files_private_and_takes_sizes_and_digests(tmp_path, monkeypa
         assert mode(tmp_path / name) == 0o600
 
 
+def test_a_big_file_checked_on_every_core_names_a_flipped_byte(tmp_path, monkeypatch):
+    monkeypatch.setattr(integrity, "HASH_WIDE_FROM", 2 << 10)
+    monkeypatch.setattr(integrity, "_WIDE_STEP", 1 << 10)
+    data = bytearray(os.urandom((5 << 10) + 3))
+    (tmp_path / "pages-1.img").write_bytes(data)
+    digests = integrity.seal(tmp_path).digests
+    assert digests["pages-1.img"] == blake3.blake3(data).hexdigest()
+    integrity.verify(tmp_path, digests)
+    data[(4 << 10) + 1] ^= 1  # in the last update
+    (tmp_path / "pages-1.img").write_bytes(data)
+    with pytest.raises(ImageError, match="pages-1.img does not match"):
+        integrity.verify(tmp_path, digests)
+
+
 def test_publish_first_generation(tmp_path):
     partial = new_generation(tmp_path, 1)
     final = tmp_path / NAME
