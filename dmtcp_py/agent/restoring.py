@@ -129,7 +129,7 @@ class Restore:
         self.pages = checker.submit(
             integrity.verify, self.image, integrity.split(digests)[1], algorithm,
             "the program was killed (it ran since its lazy restart)" if self.lazy
-            else "the restored processes were killed before they ran")
+            else "the restored processes were killed before they ran", wide=not self.lazy)
         checker.shutdown(wait=False)
 
     def wait(self) -> int:

@@ -142,10 +142,10 @@ def _hash_fd(fd: int, algorithm: str = ALGORITHM, digest=None) -> str:
     return h.hexdigest()
 
 
-def _digest(path: Path, algorithm: str, expect: str = "") -> str:
+def _digest(path: Path, algorithm: str, expect: str = "", wide: bool = True) -> str:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        if _wide(algorithm, expect):
+        if wide and _wide(algorithm, expect):
             size = os.fstat(fd).st_size
             if size >= HASH_WIDE_FROM:
                 return _hash_wide(fd, size)
@@ -158,10 +158,11 @@ def _workers() -> int:
     return os.cpu_count() or 2
 
 
-def _parallel(files: list[tuple[Path, str, str]]) -> list[str]:
-    """The digests of (path, algorithm, expected digest)s, on every core."""
+def _parallel(files: list[tuple[Path, str, str]], wide: bool = True) -> list[str]:
+    """The digests of (path, algorithm, expected digest)s, on every core
+    (wide: a big file too, else one core a file)."""
     with ThreadPoolExecutor(max_workers=_workers()) as pool:
-        return list(pool.map(lambda f: _digest(*f), files))
+        return list(pool.map(lambda f: _digest(*f, wide=wide), files))
 
 
 @dataclass(frozen=True)
@@ -298,14 +299,16 @@ def split(expected: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
 
 
 def verify(directory: Path, expected: dict[str, str], algorithm: str = ALGORITHM,
-           consequence: str = "nothing was restarted") -> None:
+           consequence: str = "nothing was restarted", wide: bool = True) -> None:
     """ImageError naming the first file whose content is not what was
-    published (an image without digests, from an older version, passes)."""
-    verify_all([(directory, algorithm, expected)], consequence)
+    published (an image without digests, from an older version, passes).
+    wide=False: on one core, beside a program that runs meanwhile (a lazy
+    restart's: on every core it delayed the program's first tick)."""
+    verify_all([(directory, algorithm, expected)], consequence, wide)
 
 
 def verify_all(images: list[tuple[Path, str, dict[str, str]]],
-               consequence: str = "nothing was restarted") -> None:
+               consequence: str = "nothing was restarted", wide: bool = True) -> None:
     """verify() for several images (directory, algorithm, digests), their
     files hashed by one pool: a restart of many small trees is not one
     image after another."""
@@ -313,7 +316,7 @@ def verify_all(images: list[tuple[Path, str, dict[str, str]]],
              for name, digest in sorted(expected.items())]
     try:
         actual = _parallel([(directory / name, algorithm, digest)
-                            for directory, algorithm, name, digest in files])
+                            for directory, algorithm, name, digest in files], wide)
     except OSError as exc:
         where = next((d for d, _, n, _ in files if str(d / n) == exc.filename), exc.filename)
         raise ImageError(f"image {where}: cannot read {exc.filename}: {exc.strerror}") from None
