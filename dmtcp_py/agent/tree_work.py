@@ -239,7 +239,8 @@ class TreeWork:
             return None
         try:
             return await started
-        except criu_driver.CriuError:
+        except (criu_driver.CriuError, OSError) as exc:
+            log.warning("CRIU could not start ahead of the dump: %s", exc)
             return None
 
     async def _unused_criu(self) -> None:
