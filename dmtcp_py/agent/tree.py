@@ -106,14 +106,26 @@ def killed_zombie(pid: int) -> tuple[str, int, bool] | None:
     return name, signum, bool(status & 0x80)
 
 
+def _is_criu(pid: int) -> bool:
+    """Whether PID is a CRIU process (one of the agent's dumps or restores,
+    never part of the tree)."""
+    found = _state_and_name(pid)
+    return found is not None and found[1] == "criu"
+
+
+def _ended(pid: int) -> bool:
+    """Whether PID is a zombie or gone."""
+    found = _state_and_name(pid)
+    return found is None or found[0] == "Z"
+
+
 CRIU_EXIT_WAIT = 2.0  # seconds for a killed CRIU to be gone
 
 
 def _kill_criu() -> None:
     """SIGKILL this agent's CRIU processes (a restore or dump under way)
     and wait until each is dead (a zombie, or reaped already)."""
-    criu = [pid for pid in children_of(os.getpid())
-            if (_state_and_name(pid) or ("Z", ""))[1] == "criu"]
+    criu = [pid for pid in children_of(os.getpid()) if _is_criu(pid)]
     for pid in criu:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -121,7 +133,7 @@ def _kill_criu() -> None:
             pass
     deadline = time.monotonic() + CRIU_EXIT_WAIT
     while criu and time.monotonic() < deadline:
-        criu = [pid for pid in criu if (_state_and_name(pid) or ("Z", ""))[0] != "Z"]
+        criu = [pid for pid in criu if not _ended(pid)]
         if criu:
             time.sleep(0.002)
 
@@ -198,12 +210,12 @@ class Tree:
         for pid in children_of(os.getpid()):
             if pid == self.root_pid and not self.exited.is_set():
                 continue  # the root's end is _root_exited's to collect
-            found = _state_and_name(pid)  # (read while it is there to read)
+            criu = _is_criu(pid)  # (read while it is there to read)
             try:
                 reaped, status = os.waitpid(pid, os.WNOHANG)  # only if it has ended
             except ChildProcessError:
                 continue
-            if reaped and os.WIFSIGNALED(status) and (found is None or found[1] != "criu"):
+            if reaped and os.WIFSIGNALED(status) and not criu:
                 self.on_killed(reaped, os.WTERMSIG(status), os.WCOREDUMP(status))
 
     def processes(self) -> list[psutil.Process]:
@@ -211,12 +223,8 @@ class Tree:
         orphans that came back to us (our children but CRIU and those that
         have ended, and everything below them).  A walk down from us through
         /proc/PID/task/TID/children: no look at the host's other processes."""
-        tops = []
-        for pid in children_of(os.getpid()):
-            found = _state_and_name(pid)
-            if found is None or found[0] == "Z" or found[1] == "criu":
-                continue
-            tops.append(pid)
+        tops = [pid for pid in children_of(os.getpid())
+                if not _ended(pid) and not _is_criu(pid)]
         out = []
         for pid in descendants(tops):
             try:
