@@ -196,7 +196,7 @@ _buffers = threading.local()
 
 def _hash_range(fd: int, offset: int, lengths: list[int]) -> list[str]:
     buf = getattr(_buffers, "buf", None)
-    if buf is None:  # one per thread, read into again and again (see integrity._hash_fd)
+    if buf is None:  # one per thread, read into again and again (see integrity.hash_more)
         buf = _buffers.buf = memoryview(bytearray(CHUNK))
     digests = []
     for n in lengths:

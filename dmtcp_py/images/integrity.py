@@ -13,8 +13,8 @@ cache; checking reads each file once.  Both work on several files at a time
 The digest is BLAKE3 (the blake3 package): here 0.3 s per GiB on one core,
 read included, against 0.74 s for sha256 (OpenSSL, with the CPU's SHA
 instructions); on another day 0.65-0.7 s per GiB on one core, and 0.35 s
-with its own threads, as big files are hashed (HASH_WIDE_FROM).  Images of earlier versions carry sha256 digests, and are
-checked with those.
+with its own threads, as big files are hashed (HASH_WIDE_FROM).  Images of
+earlier versions carry sha256 digests, and are checked with those.
 """
 from __future__ import annotations
 
@@ -78,6 +78,7 @@ def hasher_for(algorithm: str, digest: str):
     lengths = getattr(digest, "lengths", None)
     return chunks.ChunkHasher(lengths) if lengths is not None else hasher(algorithm)
 
+
 CHUNK = 1 << 20
 # A file this big is written to disk by a thread of its own while it is
 # hashed: for a GiB of pages the two take about as long each.  Smaller
@@ -136,8 +137,12 @@ def hash_more(fd: int, h) -> int:
     return total
 
 
-def _hash_fd(fd: int, algorithm: str = ALGORITHM, digest=None) -> str:
-    h = hasher(algorithm) if digest is None else digest
+def _hash_rest(fd: int, h, size: int, wide: bool) -> str:
+    """h's digest once fed fd from its position to its end; a file of size
+    bytes from HASH_WIDE_FROM on hashed on every core instead when wide
+    (h is then a fresh whole-file BLAKE3, left unused)."""
+    if wide and size >= HASH_WIDE_FROM:
+        return _hash_wide(fd, size)
     hash_more(fd, h)
     return h.hexdigest()
 
@@ -145,11 +150,8 @@ def _hash_fd(fd: int, algorithm: str = ALGORITHM, digest=None) -> str:
 def _digest(path: Path, algorithm: str, expect: str = "", wide: bool = True) -> str:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        if wide and _wide(algorithm, expect):
-            size = os.fstat(fd).st_size
-            if size >= HASH_WIDE_FROM:
-                return _hash_wide(fd, size)
-        return _hash_fd(fd, algorithm, hasher_for(algorithm, expect))
+        return _hash_rest(fd, hasher_for(algorithm, expect), os.fstat(fd).st_size,
+                          wide and _wide(algorithm, expect))
     finally:
         os.close(fd)
 
@@ -189,11 +191,7 @@ def _seal_one(path: str, flusher: Executor | None, durable: bool = True,
             os.fchmod(fd, 0o600)  # whatever CRIU's or the umask's mode was
         big = st.st_size >= FLUSH_APART
         flushed = flusher.submit(os.fsync, fd) if flusher is not None and big else None
-        if followed is None and _wide(ALGORITHM) and st.st_size >= HASH_WIDE_FROM:
-            digest = _hash_wide(fd, st.st_size)
-        else:
-            hash_more(fd, h)
-            digest = h.hexdigest()
+        digest = _hash_rest(fd, h, st.st_size, followed is None and _wide(ALGORITHM))
         if flushed is not None:
             flushed.result()
         elif big and durable:
