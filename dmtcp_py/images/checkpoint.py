@@ -168,12 +168,13 @@ class Checkpoint:
             self.steps["chunks"] = time.monotonic()
         # with CRIU's files set aside, no syncfs: it would write them to the disk
         aside = self.set_aside is not None and self.set_aside.exists()
+        algorithm = chunks.ALGORITHM if incremental else integrity.ALGORITHM
         sealed = integrity.seal(self.partial, frozenset(stored.data), each=aside,
-                                durable=durable, followed=followed)
+                                durable=durable, followed=followed, algorithm=algorithm)
         self.steps["seal"] = time.monotonic()
+        digests = dict(sorted({**sealed.digests, **stored.digests}.items()))
         m = replace(m, files=dict(sorted({**sealed.sizes, **stored.sizes}.items())),
-                    blake3=dict(sorted({**sealed.digests, **stored.digests}.items())),
-                    data=stored.data, pages=stored.pages)
+                    data=stored.data, pages=stored.pages, **{algorithm: digests})
         self.manifest = m
         m.write(self.partial)
         expired = store.publish(self.partial, self.final, keep, durable)
@@ -196,7 +197,7 @@ def _previous(final: Path) -> Manifest | None:
         m = load(final)
     except ImageError:
         return None
-    return m if m.data and not m.compression and m.blake3 else None
+    return m if m.data and not m.compression and getattr(m, chunks.ALGORITHM) else None
 
 
 def _clear_stale(ckptdir: Path, name: str) -> None:

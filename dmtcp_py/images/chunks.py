@@ -79,6 +79,13 @@ _INT = struct.Struct("i")
 _PE_PARENT, _PE_PRESENT = 1, 4
 
 
+# The digest of chunks and of the generations that hold them: a chunk whose
+# digest matches is not written again but shared, so two contents with one
+# digest must be out of reach (a cryptographic hash), unlike the damage
+# check of whole generations (integrity.ALGORITHM).
+ALGORITHM = "blake3"
+
+
 def list_digest(digests: list[str]) -> str:
     """The checksum of a data file: the digest of its chunks' digests."""
     h = blake3.blake3(b"dmtcp-chunks\0")

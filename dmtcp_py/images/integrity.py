@@ -10,11 +10,18 @@ after the program is running again, while the files are still in the page
 cache; checking reads each file once.  Both work on several files at a time
 (the hashes and fsync let go of the GIL).
 
-The digest is BLAKE3 (the blake3 package): here 0.3 s per GiB on one core,
-read included, against 0.74 s for sha256 (OpenSSL, with the CPU's SHA
-instructions); on another day 0.65-0.7 s per GiB on one core, and 0.35 s
-with its own threads, as big files are hashed (HASH_WIDE_FROM).  Images of
-earlier versions carry sha256 digests, and are checked with those.
+The digest is XXH3-128 (the xxhash package, 128 bits): it is there to
+find damage (a flipped bit, a torn write, a file cut short, a copy that
+went wrong), and anyone who could forge a page file could rewrite the
+manifest beside it, so a cryptographic hash buys nothing here but time.
+Btrfs and ZFS check their blocks the same way (xxhash, fletcher).  Here one
+GiB in the page cache took 0.1 s on one core (mapped), against 0.35 s for
+BLAKE3 on both cores and 0.65-0.7 s on one, and 0.74 s for sha256 (OpenSSL,
+with the CPU's SHA instructions); at a restart the check runs beside CRIU
+on these two cores, so that CPU time was the restart's.  Incremental
+generations keep BLAKE3 (images.chunks: there a matching digest means
+that bytes are reused, not only checked).  Images of earlier versions
+carry BLAKE3 or sha256 digests, and are checked with those.
 """
 from __future__ import annotations
 
@@ -28,17 +35,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import blake3
+import xxhash
 
 from dmtcp_py.errors import ImageError
 from dmtcp_py.images import chunks
 from dmtcp_py.images.manifest import MANIFEST, Manifest
 
-ALGORITHM = "blake3"  # of the images sealed now
-ALGORITHMS = ("blake3", "sha256")  # manifest field names, newest first
+ALGORITHM = "xxh3"  # XXH3-128, of the images sealed now
+ALGORITHMS = ("xxh3", "blake3", "sha256")  # manifest field names, newest first
 
 
 def hasher(algorithm: str):
     """A new hash object of the algorithm (update, hexdigest)."""
+    if algorithm == "xxh3":
+        return xxhash.xxh3_128()
     if algorithm == "blake3":
         return blake3.blake3()
     if algorithm == "sha256":
@@ -91,29 +101,32 @@ FLUSH_APART = 4 << 20
 SEAL_INLINE = 32 << 20
 
 
-# A file this big is hashed by BLAKE3's own threads, over a memory map of
-# it: one GiB of pages in the page cache took 0.35 s that way against
+# A file this big is hashed over a memory map of it, BLAKE3 by its own
+# threads: one GiB of pages in the page cache took 0.35 s that way against
 # 0.65-0.7 s mapped or read into a buffer on one thread, and 0.46-0.63 s
-# read into 4-16 MiB buffers for BLAKE3's threads (the copy is serial).
-# The seal of a big image is the hash of its one big page file, and a
-# restart waits for that file's check (it ran longer than CRIU's restore).
+# read into 4-16 MiB buffers for BLAKE3's threads (the copy is serial);
+# XXH3 0.1 s mapped against 0.16 s read into a buffer, on one core.  The
+# seal of a big image is the hash of its one big page file, and a restart
+# waits for that file's check (it ran longer than CRIU's restore).
 HASH_WIDE_FROM = 64 << 20
-_WIDE_STEP = 64 << 20  # bytes per update: each is cut up among the threads
+_WIDE_STEP = 64 << 20  # bytes per update: each is cut up among BLAKE3's threads
 
 _buffers = threading.local()
 
 
 def _wide(algorithm: str, expect: str = "") -> bool:
     """Whether a big file of this digest can be hashed by _hash_wide (a
-    whole-file BLAKE3 digest: not a data file's list of chunk digests)."""
-    return algorithm == "blake3" and getattr(expect, "lengths", None) is None
+    whole-file digest: not a data file's list of chunk digests)."""
+    return algorithm in ("xxh3", "blake3") and getattr(expect, "lengths", None) is None
 
 
-def _hash_wide(fd: int, size: int) -> str:
-    """The BLAKE3 digest of fd's first size bytes, on every core.  (A file
-    cut shorter meanwhile would end the process with SIGBUS: image files
-    are not written once sealed, and the partial directory is ours.)"""
-    h = blake3.blake3(max_threads=blake3.blake3.AUTO)
+def _hash_wide(fd: int, size: int, algorithm: str, threads: bool = True) -> str:
+    """The digest of fd's first size bytes, read through a memory map; on
+    every core for BLAKE3 unless not threads.  (A file cut shorter
+    meanwhile would end the process with SIGBUS: image files are not
+    written once sealed, and the partial directory is ours.)"""
+    h = (blake3.blake3(max_threads=blake3.blake3.AUTO if threads else 1)
+         if algorithm == "blake3" else hasher(algorithm))
     with mmap.mmap(fd, size, prot=mmap.PROT_READ) as mapped:
         with memoryview(mapped) as view:
             for at in range(0, size, _WIDE_STEP):
@@ -137,12 +150,13 @@ def hash_more(fd: int, h) -> int:
     return total
 
 
-def _hash_rest(fd: int, h, size: int, wide: bool) -> str:
-    """h's digest once fed fd from its position to its end; a file of size
-    bytes from HASH_WIDE_FROM on hashed on every core instead when wide
-    (h is then a fresh whole-file BLAKE3, left unused)."""
-    if wide and size >= HASH_WIDE_FROM:
-        return _hash_wide(fd, size)
+def _hash_rest(fd: int, h, size: int, algorithm: str | None,
+               threads: bool = True) -> str:
+    """h's digest once fed fd from its position to its end.  algorithm:
+    h is a fresh whole-file hash of it, and a file of size bytes from
+    HASH_WIDE_FROM on is hashed by _hash_wide instead (h left unused)."""
+    if algorithm is not None and size >= HASH_WIDE_FROM:
+        return _hash_wide(fd, size, algorithm, threads)
     hash_more(fd, h)
     return h.hexdigest()
 
@@ -151,7 +165,7 @@ def _digest(path: Path, algorithm: str, expect: str = "", wide: bool = True) -> 
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         return _hash_rest(fd, hasher_for(algorithm, expect), os.fstat(fd).st_size,
-                          wide and _wide(algorithm, expect))
+                          algorithm if _wide(algorithm, expect) else None, wide)
     finally:
         os.close(fd)
 
@@ -176,7 +190,7 @@ class Sealed:
 
 
 def _seal_one(path: str, flusher: Executor | None, durable: bool = True,
-              followed=None) -> tuple[int, str]:
+              followed=None, algorithm: str = ALGORITHM) -> tuple[int, str]:
     """(size, digest) of one file, made private; a big one made durable
     too (by the flusher while it is hashed, if there is one).  A small
     one is left to seal()'s syncfs.  followed: the file's follow.Followed
@@ -184,14 +198,15 @@ def _seal_one(path: str, flusher: Executor | None, durable: bool = True,
     if followed is not None:
         fd, h = followed.fd, followed.hash
     else:
-        fd, h = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW), hasher(ALGORITHM)
+        fd, h = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW), hasher(algorithm)
     try:
         st = os.fstat(fd)
         if stat.S_IMODE(st.st_mode) != 0o600:
             os.fchmod(fd, 0o600)  # whatever CRIU's or the umask's mode was
         big = st.st_size >= FLUSH_APART
         flushed = flusher.submit(os.fsync, fd) if flusher is not None and big else None
-        digest = _hash_rest(fd, h, st.st_size, followed is None and _wide(ALGORITHM))
+        whole = followed is None and _wide(algorithm)
+        digest = _hash_rest(fd, h, st.st_size, algorithm if whole else None)
         if flushed is not None:
             flushed.result()
         elif big and durable:
@@ -231,7 +246,8 @@ def _syncfs(directory: Path) -> None:
 
 
 def seal(directory: Path, done_already: frozenset[str] = frozenset(),
-         each: bool = False, durable: bool = True, followed: dict | None = None) -> Sealed:
+         each: bool = False, durable: bool = True, followed: dict | None = None,
+         algorithm: str = ALGORITHM) -> Sealed:
     """Make every file of an image but its manifest (and done_already:
     chunked data files, see images.chunks) private (0600) and durable, and
     take its size and digest: one open and one read of each, the biggest
@@ -242,17 +258,19 @@ def seal(directory: Path, done_already: frozenset[str] = frozenset(),
     durable=False: no fsync (an image that only carries a migration: its
     tree is still there if the host fails meanwhile).  followed: name ->
     follow.Followed, files hashed in part already while CRIU wrote them
-    (their fds are closed here, whatever happens)."""
+    (their fds are closed here, whatever happens; hashed with ALGORITHM).
+    algorithm: the digests' (chunks.ALGORITHM for an incremental one)."""
     followed = dict(followed or {})
     try:
-        return _seal(directory, done_already, each, durable, followed)
+        assert not followed or algorithm == ALGORITHM, "followed files are hashed with ALGORITHM"
+        return _seal(directory, done_already, each, durable, followed, algorithm)
     finally:
         for f in followed.values():  # not reached: a failure before their turn
             os.close(f.fd)
 
 
 def _seal(directory: Path, done_already: frozenset[str], each: bool, durable: bool,
-          followed: dict) -> Sealed:
+          followed: dict, algorithm: str) -> Sealed:
     entries = [e for e in os.scandir(directory)
                if e.is_file(follow_symlinks=False) and e.name != MANIFEST
                and e.name not in done_already]
@@ -262,13 +280,14 @@ def _seal(directory: Path, done_already: frozenset[str], each: bool, durable: bo
     left = sum(sizes[e.name] - (followed[e.name].hashed if e.name in followed else 0)
                for e in entries)
     if left < SEAL_INLINE:
-        done = [_seal_one(e.path, None, durable, followed.pop(e.name, None)) for e in entries]
+        done = [_seal_one(e.path, None, durable, followed.pop(e.name, None), algorithm)
+                for e in entries]
     else:
         with ThreadPoolExecutor(max_workers=_workers()) as pool, \
                 ThreadPoolExecutor(max_workers=1) as flusher:
             done = list(pool.map(
                 lambda e: _seal_one(e.path, flusher if durable else None, durable,
-                                    followed.pop(e.name, None)), entries))
+                                    followed.pop(e.name, None), algorithm), entries))
     small = [e.path for e in entries if sizes[e.name] < FLUSH_APART] if durable else []
     if small and each:
         with ThreadPoolExecutor(max_workers=8) as pool:  # one journal commit for many

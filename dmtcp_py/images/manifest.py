@@ -43,7 +43,8 @@ class Manifest:
     link_remaps: list[dict] = field(default_factory=list)  # see shared_files.relink
     temp_files: dict = field(default_factory=dict)  # see images.temp_files
     compression: str = ""       # "zstd": pages-*.img.zst (see images.compress)
-    blake3: dict[str, str] = field(default_factory=dict)  # name -> digest (images.integrity)
+    xxh3: dict[str, str] = field(default_factory=dict)  # name -> digest (images.integrity)
+    blake3: dict[str, str] = field(default_factory=dict)  # the same, incremental or older images
     sha256: dict[str, str] = field(default_factory=dict)  # the same, in images of 0.1.x
     # incremental generations (images.chunks): data file -> its chunks
     # [[length, blake3], ...]; pages-N.img -> [[data file, chunk index], ...]

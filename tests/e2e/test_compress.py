@@ -65,7 +65,7 @@ def test_a_damaged_compressed_image_is_refused_in_one_line(comp, programs):
     # ... and without them (an image from before checksums), zstd's own
     manifest = image / "manifest.json"
     m = json.loads(manifest.read_text())
-    del m["blake3"]
+    del m["xxh3"]
     manifest.write_text(json.dumps(m))
     restarted, rout = comp.restart()
     assert restarted.wait(timeout=TIMEOUT) != 0

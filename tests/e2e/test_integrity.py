@@ -33,8 +33,8 @@ def _restart(comp, *args: str) -> subprocess.CompletedProcess:
 def test_every_file_has_a_checksum(image):
     m = json.loads((image / "manifest.json").read_text())
     files = {p.name for p in image.iterdir() if p.name != "manifest.json"}
-    assert set(m["blake3"]) == files and all(len(d) == 64 for d in m["blake3"].values())
-    assert not m["sha256"]  # the digest of images before BLAKE3
+    assert set(m["xxh3"]) == files and all(len(d) == 32 for d in m["xxh3"].values())
+    assert not m["blake3"] and not m["sha256"]  # the digests of images before XXH3
 
 
 @pytest.mark.parametrize("victim", ["pages", "core"])

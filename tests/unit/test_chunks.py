@@ -49,7 +49,7 @@ def _generation(tmp_path, generation: int, pages: bytes, previous=None, aside=No
     (partial / "pages-1.img").write_bytes(pages)
     (partial / "core-1.img").write_bytes(b"core %d" % generation)
     stored = chunks.store(partial, generation, *(previous or (None, None)), aside)
-    sealed = integrity.seal(partial, frozenset(stored.data))
+    sealed = integrity.seal(partial, frozenset(stored.data), algorithm=chunks.ALGORITHM)
     m = replace(make_manifest(generation), files={**sealed.sizes, **stored.sizes},
                 blake3={**sealed.digests, **stored.digests}, data=stored.data,
                 pages=stored.pages)

@@ -8,6 +8,7 @@ import stat
 from dataclasses import asdict
 
 import blake3
+import xxhash
 import pytest
 
 from dmtcp_py.errors import ImageError, UserError
@@ -153,8 +154,14 @@ def test_make_partial(tmp_path):
     assert again == partial and list(again.iterdir()) == []
 
 
+DIGESTS = {"xxh3": lambda data: xxhash.xxh3_128(data).hexdigest(),
+           "blake3": lambda data: blake3.blake3(data).hexdigest()}
+
+
+@pytest.mark.parametrize("algorithm", sorted(DIGESTS))
 @pytest.mark.parametrize("wide", [False, True])
-def test_seal_makes_files_private_and_takes_sizes_and_digests(tmp_path, monkeypatch, wide):
+def test_seal_makes_files_private_and_takes_sizes_and_digests(tmp_path, monkeypatch, wide,
+                                                              algorithm):
     files = {**FILES, "pages-big.img": os.urandom((3 << 10) + 5)}
     monkeypatch.setattr(integrity, "FLUSH_APART", 2 << 10)  # one file flushed apart
     if wide:  # the big one hashed on every core, in several updates
@@ -167,28 +174,30 @@ def test_seal_makes_files_private_and_takes_sizes_and_digests(tmp_path, monkeypa
     (tmp_path / MANIFEST).write_text("{}")
     (tmp_path / "subdir").mkdir()
     os.symlink("core-1.img", tmp_path / "link.img")
-    sealed = integrity.seal(tmp_path)
+    sealed = integrity.seal(tmp_path, algorithm=algorithm)
     sizes = {name: len(data) for name, data in files.items()}
     assert sealed.sizes == sizes == store.file_sizes(tmp_path)
     assert list(sealed.sizes) == sorted(sizes)
-    assert sealed.digests == {name: blake3.blake3(data).hexdigest()
-                              for name, data in files.items()}
+    assert sealed.digests == {name: DIGESTS[algorithm](data) for name, data in files.items()}
     for name in files:
         assert mode(tmp_path / name) == 0o600
 
 
-def test_a_big_file_checked_on_every_core_names_a_flipped_byte(tmp_path, monkeypatch):
+@pytest.mark.parametrize("algorithm", sorted(DIGESTS))
+def test_a_big_mapped_file_names_a_flipped_byte(tmp_path, monkeypatch, algorithm):
     monkeypatch.setattr(integrity, "HASH_WIDE_FROM", 2 << 10)
     monkeypatch.setattr(integrity, "_WIDE_STEP", 1 << 10)
     data = bytearray(os.urandom((5 << 10) + 3))
     (tmp_path / "pages-1.img").write_bytes(data)
-    digests = integrity.seal(tmp_path).digests
-    assert digests["pages-1.img"] == blake3.blake3(data).hexdigest()
-    integrity.verify(tmp_path, digests)
+    digests = integrity.seal(tmp_path, algorithm=algorithm).digests
+    assert digests["pages-1.img"] == DIGESTS[algorithm](data)
+    integrity.verify(tmp_path, digests, algorithm)
+    integrity.verify(tmp_path, digests, algorithm, wide=False)
     data[(4 << 10) + 1] ^= 1  # in the last update
     (tmp_path / "pages-1.img").write_bytes(data)
-    with pytest.raises(ImageError, match="pages-1.img does not match"):
-        integrity.verify(tmp_path, digests)
+    for wide in (True, False):
+        with pytest.raises(ImageError, match=rf"pages-1.img does not match its checksum \({algorithm}\)"):
+            integrity.verify(tmp_path, digests, algorithm, wide=wide)
 
 
 def test_publish_first_generation(tmp_path):
@@ -288,3 +297,5 @@ def test_images_sealed_with_sha256_are_checked_with_it(tmp_path):
         integrity.verify(tmp_path, m.sha256, "sha256")
     m.blake3 = {"core-1.img": "00"}  # a newer seal wins
     assert integrity.expected(m)[0] == "blake3"
+    m.xxh3 = {"core-1.img": "00"}
+    assert integrity.expected(m)[0] == "xxh3"

@@ -27,7 +27,7 @@ def sealed_image(ckptdir: Path, generation: int = 1) -> Path:
     partial = store.make_partial(ckptdir, NAME, generation)
     m = write_image(partial, generation, {**FILES, "gen.img": str(generation).encode()})
     sealed = integrity.seal(partial)
-    m.files, m.blake3 = sealed.sizes, sealed.digests
+    m.files, m.xxh3 = sealed.sizes, sealed.digests
     m.write(partial)
     store.publish(partial, ckptdir / NAME)
     return ckptdir / NAME
@@ -45,7 +45,7 @@ def test_round_trip_is_checked_private_and_published(tmp_path):
     assert got == tmp_path / "b" / NAME
     m = load(got)
     assert m.generation == 3
-    integrity.verify(got, m.blake3)
+    integrity.verify(got, m.xxh3)
     assert stat.S_IMODE(got.stat().st_mode) == 0o700
     assert {stat.S_IMODE(p.stat().st_mode) for p in got.iterdir()} == {0o600}
     assert not [p for p in (tmp_path / "b").iterdir() if p.name.startswith(".")]
