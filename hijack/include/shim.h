@@ -162,13 +162,24 @@ void inotify_forget(unsigned first, unsigned last); /* fds closed or replaced (w
  * child. */
 #define INOTIFY_READ_FDS 65536
 extern uint64_t inotify_read_bits[INOTIFY_READ_FDS / 64] __attribute__((visibility("hidden")));
+/* No bit is set from this fd number on: a fork child clears the bits below
+ * it and touches none of the bitmap's pages when it is 0 (raised before
+ * the bit is set, so a fork between the two clears a bit that is not). */
+extern unsigned inotify_read_end __attribute__((visibility("hidden")));
 static inline void inotify_note_read(int fd)
 {
     if ((unsigned)fd < INOTIFY_READ_FDS) {
         uint64_t bit = 1ull << (fd & 63), *word = &inotify_read_bits[fd >> 6];
 
-        if (!(__atomic_load_n(word, __ATOMIC_RELAXED) & bit))
-            __atomic_fetch_or(word, bit, __ATOMIC_RELAXED);
+        if (!(__atomic_load_n(word, __ATOMIC_RELAXED) & bit)) {
+            unsigned end = __atomic_load_n(&inotify_read_end, __ATOMIC_RELAXED);
+
+            while (end <= (unsigned)fd
+                   && !__atomic_compare_exchange_n(&inotify_read_end, &end, (unsigned)fd + 1, 1,
+                                                   __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+                ;
+            __atomic_fetch_or(word, bit, __ATOMIC_RELEASE);
+        }
     }
 }
 void inotify_unnote_read(unsigned first, unsigned last);

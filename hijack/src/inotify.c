@@ -87,6 +87,7 @@ struct inq {
 
 int inotify_live; /* slots in use: read() looks no further while 0 */
 uint64_t inotify_read_bits[INOTIFY_READ_FDS / 64];
+unsigned inotify_read_end;
 static struct inq slots[INQ_MAX];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -131,8 +132,10 @@ static struct inq *take_slot(int fd)
     e->fd = fd;
     e->private_wd = 0;
     e->head = e->tail = 0;
-    __atomic_store_n(&e->key, fd + 1, __ATOMIC_RELEASE);
+    /* counted before it is keyed: a copy of memory with the key has the
+     * count (inotify_after_fork_child looks at the keys only then) */
     __atomic_add_fetch(&inotify_live, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&e->key, fd + 1, __ATOMIC_RELEASE);
     return e;
 }
 
@@ -417,13 +420,23 @@ void inotify_forget(unsigned first, unsigned last)
 
 /* A fork child: the instance's kept events stay with the parent; the
  * child has read no fd yet. */
+/* (Each page only looked at or written when there is something to undo:
+ * every fork child of every process pays for the pages it touches; issue
+ * 17's fork+exec loop.) */
 void inotify_after_fork_child(void)
 {
-    for (int i = 0; i < INQ_MAX; i++)
-        if (slots[i].key != 0)
-            free_slot(&slots[i]);
-    n_listed = 0;
-    inotify_unnote_read(0, INOTIFY_READ_FDS - 1);
+    unsigned end = __atomic_load_n(&inotify_read_end, __ATOMIC_ACQUIRE);
+
+    if (__atomic_load_n(&inotify_live, __ATOMIC_ACQUIRE) != 0)
+        for (int i = 0; i < INQ_MAX; i++)
+            if (slots[i].key != 0)
+                free_slot(&slots[i]);
+    if (n_listed != 0)
+        n_listed = 0;
+    if (end != 0) {
+        inotify_unnote_read(0, end - 1);
+        __atomic_store_n(&inotify_read_end, 0, __ATOMIC_RELEASE);
+    }
 }
 
 static void list_one(int fd)
@@ -448,7 +461,7 @@ static void list_one(int fd)
 void inotify_save(void)
 {
     n_listed = 0;
-    for (int w = 0; w < INOTIFY_READ_FDS / 64; w++) {
+    for (unsigned w = 0; w < (__atomic_load_n(&inotify_read_end, __ATOMIC_ACQUIRE) + 63) / 64; w++) {
         uint64_t bits = __atomic_load_n(&inotify_read_bits[w], __ATOMIC_RELAXED);
 
         for (int b = 0; bits != 0; b++, bits >>= 1)

@@ -10,8 +10,9 @@ a newer one; after a checkpoint it survives, after a restart, and in a
 round without a checkpoint.  The ways of waiting for the fd: epoll (level
 and edge), poll then a blocking read (which must not block for nothing),
 a read buffer that holds one event at a time, a forked child reading the
-instance its parent holds too, 500 events kept; and the same in Python with the instance
-made through ctypes, as Python's inotify modules do."""
+instance its parent holds too, a reading parent whose forked child holds
+the instance and never reads it, 500 events kept; and the same in Python
+with the instance made through ctypes, as Python's inotify modules do."""
 from __future__ import annotations
 
 import pytest
@@ -36,7 +37,7 @@ def wait_line(proc, out, line: str) -> None:
 # instance is made through ctypes.CDLL("libc.so.6"), out of the shim's
 # sight (it is kept because the process reads it)
 @pytest.mark.parametrize("mode", ["epoll", "edge", "blocking", "small", "forked", "many",
-                                  "python"])
+                                  "reader", "python"])
 def test_queued_events_survive_checkpoint_and_restart(comp, programs, tmp_path, mode):
     watched = tmp_path / "watched"
     watched.mkdir()
@@ -50,13 +51,18 @@ def test_queued_events_survive_checkpoint_and_restart(comp, programs, tmp_path, 
     comp.checkpoint()
     (watched / "go.1").mkdir()  # a directory: no IN_CLOSE_WRITE of its own
     wait_line(proc, out, "event 1")
+    peers = 1
+    if mode == "reader":  # and a child that holds the instance, never reading it
+        wait_line(proc, out, "forked")
+        peers = 2
+        comp.wait_peers(peers)
 
     # round 2: checkpoint, kill, restart
     wait_line(proc, out, "closed 2")
     comp.checkpoint()
     assert comp.kill_and_wait(proc) != 0
     proc, out = comp.restart()
-    comp.wait_peers(1)
+    comp.wait_peers(peers)
     (watched / "go.2").mkdir()
     wait_line(proc, out, "event 2")
 

@@ -13,6 +13,10 @@
  *             holds the same instance, never reads it, and waits for the
  *             child (exits with its status)
  *   many      as epoll, with 500 events queued instead of 2
+ *   reader    as epoll; after round 1 (the fd read already) it forks a
+ *             child that holds the same instance and never reads it: the
+ *             kept events stay the reader's (the child inherits no mark
+ *             of the parent's reads); the child is killed at the end
  * Each round N:
  *   1. writes and closes DIR/N.0 and DIR/N.1 (many: up to DIR/N.499): an
  *      event is queued for each;
@@ -32,7 +36,9 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <signal.h>
 #include <sys/inotify.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -62,7 +68,7 @@ static void wait_go(long round)
         res_sleep_ms(5);
 }
 
-enum mode { EPOLL, EDGE, BLOCKING, SMALL, FORKED, MANY };
+enum mode { EPOLL, EDGE, BLOCKING, SMALL, FORKED, MANY, READER };
 static enum mode mode;
 static int queued; /* events queued before the checkpoint, each round */
 
@@ -130,14 +136,15 @@ int main(int argc, char **argv)
 {
     struct epoll_event ev = { .events = EPOLLIN };
     static const char *const modes[] = { "epoll", "edge", "blocking", "small", "forked",
-                                         "many" };
+                                         "many", "reader" };
     long rounds;
+    pid_t idle = 0; /* reader: the child that never reads */
 
     if (argc != 4 || (rounds = atol(argv[2])) < 1)
-        res_fail("usage: %s DIR ROUNDS epoll|edge|blocking|small|forked|many", argv[0]);
-    for (mode = EPOLL; mode <= MANY && strcmp(argv[3], modes[mode]) != 0; mode++)
+        res_fail("usage: %s DIR ROUNDS epoll|edge|blocking|small|forked|many|reader", argv[0]);
+    for (mode = EPOLL; mode <= READER && strcmp(argv[3], modes[mode]) != 0; mode++)
         ;
-    RES_CHECK(mode <= MANY, "unknown mode %s", argv[3]);
+    RES_CHECK(mode <= READER, "unknown mode %s", argv[3]);
     queued = mode == MANY ? 500 : 2;
     dir = argv[1];
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -169,6 +176,25 @@ int main(int argc, char **argv)
         expect_events(round);
         alarm(0);
         printf("event %ld\n", round);
+        if (mode == READER && round == 1) {
+            pid_t parent = getpid();
+
+            idle = fork();
+            RES_CHECK(idle >= 0, "fork");
+            if (idle == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (getppid() != parent)
+                    _exit(0);
+                for (;;)
+                    pause();
+            }
+            printf("forked\n");
+        }
+    }
+    if (idle > 0) {
+        kill(idle, SIGKILL);
+        while (waitpid(idle, NULL, 0) < 0 && errno == EINTR)
+            ;
     }
     printf("done %ld\n", rounds);
     return 0;
