@@ -183,6 +183,7 @@ class TreeWork:
                 raise criu_driver.CriuError(refusal)
             if self.tree.init_dir is not None:
                 init_dir.clear_stale(self.tree.init_dir)
+            await loop.run_in_executor(None, ckpt.save_files, facts)
             self.tree.hold_reaping = True
             session = await self._started_criu()
             ticker = asyncio.create_task(self._report_progress(step.generation, ckpt, procs))
@@ -196,7 +197,7 @@ class TreeWork:
                 ticker.cancel()
             if not step.stop:  # (with --stop CRIU ends the tree itself, by SIGKILL)
                 _no_failure_inside([p.pid for p in procs])
-            m = await loop.run_in_executor(None, ckpt.save_files, facts, self.net.table)
+            m = await loop.run_in_executor(None, ckpt.describe, facts, self.net.table)
             if moving:
                 # (not durable: if this host fails meanwhile, its tree is gone anyway)
                 await loop.run_in_executor(None, lambda: ckpt.finish(compressed=False,

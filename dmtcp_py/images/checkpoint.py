@@ -3,14 +3,17 @@
 The steps, in the order a round takes them (all blocking: the agent runs
 them in a worker thread):
 
-1. dump: CRIU writes the tree into a partial directory (never a name a
-   restart would take); meanwhile its page files are hashed and sent
-   toward the disk as far as they are written (images.follow).
-2. save_files: while the program's threads are still stopped, what CRIU
-   does not keep: the files it maps shared, its scratch files, the length
-   of the files it writes, the links of removed mapped files.  The
-   manifest is made here, in memory.
-3. finish (after the coordinator's commit, while the program runs again):
+1. save_files: the program's threads stopped (parked), what CRIU does
+   not keep: the files it maps shared, its scratch files, the length of
+   the files it writes.  Before the dump, not after: a dump that ends the
+   tree (a stopping checkpoint, -kc) leaves no /proc to read, and while
+   CRIU dumps, its parasite's memory and socket are in the processes.
+2. dump: CRIU writes the tree into the same partial directory (never a
+   name a restart would take); meanwhile its page files are hashed and
+   sent toward the disk as far as they are written (images.follow).
+3. describe: the links of removed mapped files (from CRIU's files image),
+   the connection table; the manifest is made here, in memory.
+4. finish (after the coordinator's commit, while the program runs again):
    compress if asked, else keep the memory pages as chunks shared with the
    previous generation (images.chunks), the checksums a restart checks, the manifest written
    once, everything made durable, then the partial directory takes the
@@ -54,6 +57,15 @@ class TreeFacts:
     agent_socket_ns: bool = True  # its shims add the PID namespace (Manifest)
 
 
+@dataclass(frozen=True)
+class SavedFiles:
+    """What save_files read of the tree and kept, for the manifest."""
+    view: shared_files.TreeView
+    shared: list[dict]     # see images.shared_files
+    temp: dict             # see images.temp_files
+    written: list[dict]    # see images.written_files
+
+
 @dataclass
 class Checkpoint:
     """One generation of one tree, from the dump until it is published or
@@ -70,6 +82,7 @@ class Checkpoint:
     set_aside: Path | None = None
     # the page files hashed while CRIU wrote them, for finish's seal
     follower: follow_pages.PageFollower | None = None
+    saved: SavedFiles | None = None  # save_files's, for describe
 
     @classmethod
     def begin(cls, ckptdir: Path, program: str, tree_id: str, generation: int) -> Checkpoint:
@@ -104,34 +117,41 @@ class Checkpoint:
         """Bytes written so far (while CRIU dumps)."""
         return store.directory_bytes(self.partial)
 
-    def save_files(self, facts: TreeFacts, sockets: Callable[[Path], list[dict]]) -> Manifest:
-        """Everything CRIU leaves out, and the manifest (in memory).  The
-        program's threads are still stopped: the mapped files are as the
-        dumped memory sees them."""
-        pids, partial = facts.pids, self.partial
+    def save_files(self, facts: TreeFacts) -> None:
+        """The files CRIU leaves out, saved into the partial directory
+        before the dump.  The program's threads are stopped until after
+        it: the mapped files are as the dumped memory sees them."""
+        partial = self.partial
         # /proc once: each process's maps and fds, for all that follows
-        view = shared_files.TreeView.read(pids)
+        view = shared_files.TreeView.read(facts.pids)
         shared = shared_files.save(shared_files.mapped_files(view), partial)
         handed_over = {d["path"] for d in facts.stdio.values()}
         kept = handed_over | {s["path"] for s in shared}
-        temp = temp_files.save(view, partial, kept)
-        written = written_files.collect(view, kept)
+        self.saved = SavedFiles(view, shared, temp_files.save(view, partial, kept),
+                                written_files.collect(view, kept))
         self.steps["files"] = time.monotonic()
+
+    def describe(self, facts: TreeFacts, sockets: Callable[[Path], list[dict]]) -> Manifest:
+        """The manifest (in memory), once CRIU dumped the tree; the
+        program's threads are still stopped."""
+        assert self.saved is not None, "describe before save_files"
+        partial, saved = self.partial, self.saved
         files_img = criu_driver.FilesImage(partial)  # read once, for both
         files_img.fix()
         remaps = []
         link_remaps = files_img.link_remaps()
         if link_remaps:
-            aliases = shared_files.deleted_aliases(view)
+            aliases = shared_files.deleted_aliases(saved.view)
             remaps = [{"remap": remap, "live": aliases[orig]}
                       for remap, orig in link_remaps if orig in aliases]
         table = sockets(partial)  # writes the drained bytes: before the sizes are taken
         self.manifest = Manifest(
             comp_id=facts.comp_id, tree_id=facts.tree_id, program=facts.program,
             argv=facts.argv, host=facts.host, generation=self.generation, time=time.time(),
-            root_pid=facts.root_pid, pids=sorted(pids), peers=len(facts.shim_pids),
-            shim_pids=sorted(facts.shim_pids), shared_files=shared, written_files=written,
-            sockets=table, link_remaps=remaps, temp_files=temp,
+            root_pid=facts.root_pid, pids=sorted(facts.pids), peers=len(facts.shim_pids),
+            shim_pids=sorted(facts.shim_pids), shared_files=saved.shared,
+            written_files=saved.written, sockets=table, link_remaps=remaps,
+            temp_files=saved.temp,
             agent_socket=facts.agent_socket, num_trees=facts.num_trees, stdio=facts.stdio,
             external=facts.external, criu_version=criu_driver.version(),
             pid_namespace=bool(facts.ns_pids), ns_pids=facts.ns_pids, init_dir=facts.init_dir,
@@ -147,7 +167,7 @@ class Checkpoint:
         an image that only carries a migration) and give it the image's
         name, keeping `keep` previous generations.  Returns the expired
         generations, already out of the way, for the caller to delete."""
-        assert self.manifest is not None, "finish before save_files"
+        assert self.manifest is not None, "finish before describe"
         m = self.manifest
         followed: dict = {}
         if self.follower is not None:

@@ -7,6 +7,7 @@ import os
 import re
 import select
 import subprocess
+import sys
 
 from tests.e2e.harness import TIMEOUT, last_tick, tool, wait_for
 from tests.e2e.test_bad_input import free_port, listening
@@ -110,6 +111,41 @@ def test_kcheckpoint_stops_after_the_dump_and_restarts(comp, programs):
     first = int(next(line for line in rout.read_text().splitlines() if line.startswith("tick")).split()[1])
     assert first == stopped_at + 1  # nothing ran between the dump and the stop
     comp.kill_and_wait(restarted)
+
+
+# holds a scratch file open in a tmpfs and prints what it holds
+SCRATCH_HOLDER = """
+import sys, time
+held = open(sys.argv[1], "w+")
+held.write("kept"); held.flush()
+print("ready", flush=True)
+while True:
+    held.seek(0)
+    print("holds", held.read(), flush=True)
+    time.sleep(0.02)
+"""
+
+
+def test_kcheckpoint_keeps_the_files_criu_leaves_out(comp):
+    """A stopping checkpoint saves the files CRIU does not keep as -bc
+    does, though the tree is gone after its dump: a scratch file in a
+    tmpfs, removed before the restart (as a reboot would), is back."""
+    scratch = f"/dev/shm/dmtcp-test-kc-{os.getpid()}"
+    try:
+        proc, out = comp.launch(sys.executable, "-c", SCRATCH_HOLDER, scratch)
+        wait_for(lambda: "ready" in out.read_text(), what="the program")
+        assert "computation stopped" in comp.command("-kc").stdout
+        proc.wait(timeout=TIMEOUT)
+        os.unlink(scratch)
+        restarted, rout = comp.restart()
+        wait_for(lambda: "holds kept" in rout.read_text() or restarted.poll() is not None,
+                 what="the restarted program")
+        assert "holds kept" in rout.read_text(), restarted.err_path.read_text()
+        assert os.path.exists(scratch)
+        comp.kill_and_wait(restarted)
+    finally:
+        if os.path.exists(scratch):
+            os.unlink(scratch)
 
 
 def test_coordinator_exit_after_ckpt(tmp_path, programs, no_strays):
