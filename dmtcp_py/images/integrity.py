@@ -34,7 +34,6 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import blake3
 import xxhash
 
 from dmtcp_py.errors import ImageError
@@ -50,7 +49,7 @@ def hasher(algorithm: str):
     if algorithm == "xxh3":
         return xxhash.xxh3_128()
     if algorithm == "blake3":
-        return blake3.blake3()
+        return chunks.blake3_hasher()
     if algorithm == "sha256":
         import hashlib  # (OpenSSL's load: 5 ms of a restart of a new image, which needs none)
         return hashlib.sha256()
@@ -125,8 +124,7 @@ def _hash_wide(fd: int, size: int, algorithm: str, threads: bool = True) -> str:
     every core for BLAKE3 unless not threads.  (A file cut shorter
     meanwhile would end the process with SIGBUS: image files are not
     written once sealed, and the partial directory is ours.)"""
-    h = (blake3.blake3(max_threads=blake3.blake3.AUTO if threads else 1)
-         if algorithm == "blake3" else hasher(algorithm))
+    h = chunks.blake3_hasher(threads=threads) if algorithm == "blake3" else hasher(algorithm)
     with mmap.mmap(fd, size, prot=mmap.PROT_READ) as mapped:
         with memoryview(mapped) as view:
             for at in range(0, size, _WIDE_STEP):

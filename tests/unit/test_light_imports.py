@@ -25,7 +25,7 @@ def test_entry_points_load_nothing_heavy(module):
 # What a restart runs before CRIU starts (the agent's modules load while
 # CRIU restores), and what the coordinator's entry point loads before it
 # knows whether click must read its line.
-BEFORE_CRIU = ("asyncio", "click", "psutil", "_hashlib", "ssl", "socket",
+BEFORE_CRIU = ("asyncio", "click", "psutil", "_hashlib", "ssl", "socket", "blake3",
                "dmtcp_py.protocol.messages", "dmtcp_py.agent.runner")
 
 
