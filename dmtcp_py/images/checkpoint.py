@@ -188,7 +188,8 @@ class Checkpoint:
             self.steps["chunks"] = time.monotonic()
         # with CRIU's files set aside, no syncfs: it would write them to the disk
         aside = self.set_aside is not None and self.set_aside.exists()
-        algorithm = chunks.ALGORITHM if incremental else integrity.ALGORITHM
+        # data files' digests are lists of chunk digests: one algorithm for the manifest
+        algorithm = chunks.ALGORITHM if stored.data else integrity.ALGORITHM
         sealed = integrity.seal(self.partial, frozenset(stored.data), each=aside,
                                 durable=durable, followed=followed, algorithm=algorithm)
         self.steps["seal"] = time.monotonic()

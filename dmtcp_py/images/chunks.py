@@ -67,7 +67,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 from dmtcp_py.errors import ImageError
 from dmtcp_py.images import compress
 from dmtcp_py.images.manifest import Manifest

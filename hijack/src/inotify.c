@@ -419,10 +419,9 @@ void inotify_forget(unsigned first, unsigned last)
 }
 
 /* A fork child: the instance's kept events stay with the parent; the
- * child has read no fd yet. */
-/* (Each page only looked at or written when there is something to undo:
- * every fork child of every process pays for the pages it touches; issue
- * 17's fork+exec loop.) */
+ * child has read no fd yet.  (Each page is only looked at or written when
+ * there is something to undo: every fork child of every process pays for
+ * the pages it touches; issue 17's fork+exec loop.) */
 void inotify_after_fork_child(void)
 {
     unsigned end = __atomic_load_n(&inotify_read_end, __ATOMIC_ACQUIRE);
@@ -460,8 +459,10 @@ static void list_one(int fd)
  * this process reads: at worst it claims it too) */
 void inotify_save(void)
 {
+    unsigned words = (__atomic_load_n(&inotify_read_end, __ATOMIC_ACQUIRE) + 63) / 64;
+
     n_listed = 0;
-    for (unsigned w = 0; w < (__atomic_load_n(&inotify_read_end, __ATOMIC_ACQUIRE) + 63) / 64; w++) {
+    for (unsigned w = 0; w < words; w++) {
         uint64_t bits = __atomic_load_n(&inotify_read_bits[w], __ATOMIC_RELAXED);
 
         for (int b = 0; bits != 0; b++, bits >>= 1)
