@@ -19,7 +19,6 @@ import asyncio
 import base64
 import dataclasses
 import errno
-import hashlib
 import json
 import logging
 import os
@@ -45,12 +44,17 @@ CONNECT_TIMEOUT = 60.0
 HANDSHAKE = 16  # bytes of sha256(connection id) a reconnecting end sends first
 
 
+def _sha256(text: str) -> bytes:
+    import hashlib  # (OpenSSL's: ~4 ms; loaded once the agent runs: runner.CHECKPOINT_MODULES)
+    return hashlib.sha256(text.encode()).digest()
+
+
 def _cookie(comp_id: str, conn: str, generation: int) -> bytes:
-    return hashlib.sha256(f"dmtcp-drain {comp_id} {conn} {generation}".encode()).digest()
+    return _sha256(f"dmtcp-drain {comp_id} {conn} {generation}")
 
 
 def _tag(conn: str) -> bytes:
-    return hashlib.sha256(f"dmtcp-conn {conn}".encode()).digest()[:HANDSHAKE]
+    return _sha256(f"dmtcp-conn {conn}")[:HANDSHAKE]
 
 
 class Network:
@@ -625,7 +629,7 @@ class Network:
             listener = socket.socket(family, type_ if type_ != socket.SOCK_DGRAM else socket.SOCK_STREAM)
             try:
                 if family == socket.AF_UNIX:
-                    name = f"dmtcp-conn-{hashlib.sha256(key.encode()).hexdigest()[:24]}-{os.getpid()}"
+                    name = f"dmtcp-conn-{_sha256(key).hex()[:24]}-{os.getpid()}"
                     listener.bind("\0" + name)
                     where = "@" + name
                 else:

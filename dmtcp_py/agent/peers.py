@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
-
-import psutil
+from typing import TYPE_CHECKING, Callable
 
 from dmtcp_py import procfs
 from dmtcp_py.protocol import messages
+
+if TYPE_CHECKING:
+    import psutil
 
 # The coordinator hears of the tree's processes at most this often: a
 # program that forks and execs in a loop makes and ends several shim
@@ -24,6 +25,7 @@ _RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
 
 def describe(pid: int) -> messages.ProcInfo:
     """A process's name and MPI rank, as `dmtcp-command -l` shows it."""
+    import psutil  # (loaded once the agent runs: agent/runner.py, CHECKPOINT_MODULES)
     try:
         proc = psutil.Process(pid)
         return messages.ProcInfo(pid=pid, name=proc.name(), rank=mpi_rank(proc))
@@ -33,6 +35,7 @@ def describe(pid: int) -> messages.ProcInfo:
 
 def mpi_rank(proc: psutil.Process) -> int | None:
     """The MPI rank of a process, from the environment its launcher gave it."""
+    import psutil
     try:
         env = proc.environ()
     except psutil.Error:

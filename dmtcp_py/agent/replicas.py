@@ -14,7 +14,6 @@ the tree and its coordinator meanwhile.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import socket
@@ -25,6 +24,7 @@ from pathlib import Path
 from dmtcp_py.errors import ImageError
 from dmtcp_py.images import transfer
 from dmtcp_py.protocol.messages import ReplicaTarget
+from dmtcp_py.tokens import same_token
 
 log = logging.getLogger("agent")
 
@@ -71,7 +71,7 @@ class ReplicaServer:
             try:
                 hello = json.loads(inp.readline(HELLO_MAX) or b"null")
                 token = hello.get("token", "") if isinstance(hello, dict) else ""
-                if not hmac.compare_digest(str(token).encode(), self._token):
+                if not same_token(str(token), self._token):
                     log.warning("replica from %s refused: not this computation's token", peer)
                     return
                 path = transfer.receive(inp, self._ckptdir())

@@ -88,12 +88,13 @@ class Restore:
         shared_files.relink(m.link_remaps)
         written_files.rollback(m.written_files)
 
-    def begin(self) -> None:
+    def begin(self, *, check: bool = True) -> None:
         """CRIU restores in a process of its own and the pages are checked
-        in a thread: both run on when this returns.  (Restoring lazily, the
-        check waits for check_pages(): the program runs before it ends
-        anyway, and meanwhile the agent and the coordinator it waits for
-        have the CPU.)"""
+        in a thread: both run on when this returns.  (Restoring lazily, or
+        with check False, the check waits for check_pages(): a lazily
+        restored program runs before it ends anyway, and meanwhile the agent
+        and the coordinator it waits for have the CPU; dmtcp-restart forks
+        its coordinator first, which no other thread may see.)"""
         m, image = self.m, self.image
         self.handover = stdio.prepare(m.stdio, run_dir())
         self.lazy = self.wants_lazy and not compress.is_packed(image)
@@ -115,7 +116,7 @@ class Restore:
                                                lazy=self.lazy)
         except (criu_driver.CriuError, ImageError) as exc:
             self._failed = exc
-        if not self.lazy:
+        if check and not self.lazy:
             self.check_pages()
 
     def check_pages(self) -> None:
@@ -151,7 +152,7 @@ class Restore:
 
     def abandon(self) -> None:
         """No agent will take the tree over: it ends before it ever ran."""
-        from dmtcp_py.agent.tree import descendants  # (psutil: only here)
+        from dmtcp_py.agent.tree import descendants  # (and asyncio: only here)
         try:
             pid = self.wait()
         except UserError:

@@ -38,14 +38,16 @@ from dmtcp_py.protocol.messages import ImageInfo
 log = logging.getLogger("agent")
 
 REJOIN_EVERY = 1.0     # seconds between attempts to reach a coordinator that went away
-# What only checkpoints need (pycriu and its protobuf modules: ~40 ms) is
-# imported this long after the start: off the start-up's path (a program
-# that ends sooner never pays it), and off the first checkpoint's, where it
-# would stop the program that much longer.
+# What only checkpoints need (pycriu and its protobuf modules: ~40 ms;
+# psutil, which looks at the tree's processes: ~10 ms; hashlib, for the
+# drain's cookies: ~4 ms) is imported this long after the start: off the
+# start-up's path and a restart's (a program that ends sooner never pays
+# it), and off the first checkpoint's, where it would stop the program
+# that much longer.
 WARM_UP_AFTER = 0.25
 BEATS_PER_PERIOD = 4   # the machine's tick, this many times per heartbeat
 UNJOINED_END_TIMEOUT = 5.0  # seconds a killed tree that was never registered may take to end
-CHECKPOINT_MODULES = ("pycriu",)
+CHECKPOINT_MODULES = ("pycriu", "psutil", "hashlib")
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 HANDLED_SIGNALS = (signal.SIGCHLD, *FORWARDED_SIGNALS, signal.SIGINT, signal.SIGQUIT)
 
@@ -322,7 +324,7 @@ class Agent:
     async def _send_traffic(self) -> None:
         """The tree's TCP connections and their counters, to the coordinator."""
         def sample() -> list[tcpstats.Flow]:
-            return tcpstats.flows([p.pid for p in self.tree.processes()])
+            return tcpstats.flows(self.tree.pids())
         try:
             flows = await asyncio.get_running_loop().run_in_executor(None, sample)
         except OSError as exc:  # no sock_diag here: the graph goes without this tree
@@ -335,7 +337,7 @@ class Agent:
     async def _send_load(self) -> None:
         """How busy the tree's CPUs were since the last sample, and its share."""
         def sample():
-            return self.load.sample([p.pid for p in self.tree.processes()], time.monotonic())
+            return self.load.sample(self.tree.pids(), time.monotonic())
         try:
             load = await asyncio.get_running_loop().run_in_executor(None, sample)
         except OSError as exc:  # no /proc/stat here: no rebalancing by this tree

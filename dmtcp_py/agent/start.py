@@ -25,7 +25,7 @@ def restored_pids(m: Manifest, tree: Tree) -> dict[int, int]:
     process is found by its id in the namespace."""
     if not m.pid_namespace:
         return {pid: pid for pid in m.pids}
-    ours = {procfs.ns_pid(p.pid): p.pid for p in tree.processes()}
+    ours = {procfs.ns_pid(pid): pid for pid in tree.pids()}
     found = {pid: ours.get(m.ns_pids.get(str(pid), -1)) for pid in m.pids}
     return {old: new for old, new in found.items() if new is not None}
 

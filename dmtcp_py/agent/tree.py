@@ -11,11 +11,12 @@ import logging
 import os
 import signal
 import time
-from typing import Callable
-
-import psutil
+from typing import TYPE_CHECKING, Callable
 
 from dmtcp_py import procfs
+
+if TYPE_CHECKING:
+    import psutil
 
 log = logging.getLogger("agent.tree")
 _WALL = 0x40000000  # waitid: children of any kind, as /proc lists them
@@ -218,15 +219,20 @@ class Tree:
             if reaped and os.WIFSIGNALED(status) and not criu:
                 self.on_killed(reaped, os.WTERMSIG(status), os.WCOREDUMP(status))
 
-    def processes(self) -> list[psutil.Process]:
+    def pids(self) -> list[int]:
         """Every live process of the tree: the root's descendants and the
         orphans that came back to us (our children but CRIU and those that
         have ended, and everything below them).  A walk down from us through
         /proc/PID/task/TID/children: no look at the host's other processes."""
         tops = [pid for pid in children_of(os.getpid())
                 if not _ended(pid) and not _is_criu(pid)]
+        return descendants(tops)
+
+    def processes(self) -> list[psutil.Process]:
+        """pids() as psutil's processes, for what /proc alone does not say."""
+        import psutil  # (loaded once the agent runs: agent/runner.py, CHECKPOINT_MODULES)
         out = []
-        for pid in descendants(tops):
+        for pid in self.pids():
             try:
                 out.append(psutil.Process(pid))
             except psutil.Error:
@@ -236,17 +242,10 @@ class Tree:
     @staticmethod
     def alive(pids: set[int]) -> set[int]:
         """The pids that are running (a zombie never reconnects)."""
-        out = set()
-        for pid in pids:
-            try:
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    out.add(pid)
-            except psutil.Error:
-                pass
-        return out
+        return {pid for pid in pids if not _ended(pid)}
 
     def has_live_processes(self) -> bool:
-        return _children() is not None and bool(self.processes())
+        return _children() is not None and bool(self.pids())
 
     async def wait_for_orphans(self) -> None:
         """After the root: until the orphans that came back to us, still the
@@ -282,6 +281,7 @@ class Tree:
         restore stage (seen here: a restart called off by another tree's
         damaged pages hung in zap_pid_ns_processes).  A dead CRIU lets go,
         and forks nothing more after the walk below."""
+        import psutil
         _kill_criu()
         for proc in self.processes():
             try:

@@ -16,8 +16,6 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import psutil
-
 from dmtcp_py import fault_injection, logs, procfs
 from dmtcp_py.agent import criu_driver, init_dir, records, stdio, sysv, wake
 from dmtcp_py.agent import tree as tree_mod
@@ -75,7 +73,7 @@ class TreeWork:
     def unconnected(self) -> list[int]:
         """The tree's processes whose shim has not connected (yet)."""
         connected = set(self.shims.pids())
-        return [p.pid for p in self.tree.processes() if p.pid not in connected]
+        return [pid for pid in self.tree.pids() if pid not in connected]
 
     def members(self) -> list[int]:
         """The tree's processes that run the shim, connected or not."""
@@ -176,8 +174,8 @@ class TreeWork:
             ckpt.steps["park"] = time.monotonic()
             if stuck:
                 raise criu_driver.CriuError(f"processes {stuck} did not detach from the agent")
-            procs = self.tree.processes()
-            facts = self._facts(step, [p.pid for p in procs], sorted(parked))
+            pids = self.tree.pids()
+            facts = self._facts(step, pids, sorted(parked))
             refusal = sysv.shared_memory_refusal(self.tree.root_pid, set(facts.pids))
             if refusal:  # (CRIU's own words for it are cryptic)
                 raise criu_driver.CriuError(refusal)
@@ -186,7 +184,7 @@ class TreeWork:
             await loop.run_in_executor(None, ckpt.save_files, facts)
             self.tree.hold_reaping = True
             session = await self._started_criu()
-            ticker = asyncio.create_task(self._report_progress(step.generation, ckpt, procs))
+            ticker = asyncio.create_task(self._report_progress(step.generation, ckpt, pids))
             try:
                 await loop.run_in_executor(None, lambda: ckpt.dump(
                     self.tree.root_pid, self._dump_log(),
@@ -196,7 +194,7 @@ class TreeWork:
                 self.tree.hold_reaping = False
                 ticker.cancel()
             if not step.stop:  # (with --stop CRIU ends the tree itself, by SIGKILL)
-                _no_failure_inside([p.pid for p in procs])
+                _no_failure_inside(pids)
             m = await loop.run_in_executor(None, ckpt.describe, facts, self.net.table)
             if moving:
                 # (not durable: if this host fails meanwhile, its tree is gone anyway)
@@ -312,13 +310,14 @@ class TreeWork:
         return {str(pid): n for pid, n in own.items() if n is not None}
 
     async def _report_progress(self, generation: int, ckpt: checkpoint.Checkpoint,
-                               procs: list[psutil.Process]) -> None:
+                               pids: list[int]) -> None:
         """While CRIU writes: bytes in the partial directory, of about the
         tree's resident memory, every quarter of a second."""
+        import psutil
         expected = 0
-        for proc in procs:
+        for pid in pids:
             try:
-                expected += proc.memory_info().rss
+                expected += psutil.Process(pid).memory_info().rss
             except psutil.Error:
                 pass
         while True:

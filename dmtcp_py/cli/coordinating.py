@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import secrets
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 
 from dmtcp_py import logs
@@ -45,10 +43,12 @@ def serve(a: CoordinatorArgs) -> int:
                                      heartbeat=heartbeat, heartbeat_timeout=heartbeat_timeout,
                                      hosts=_hosts(a.hosts), replicas=a.replicas)
     ready_fd = _daemonize() if daemon else None
+    # os.urandom is what secrets and uuid4 read; their modules (hmac,
+    # OpenSSL's hashes, platform) were ~10 ms of the coordinator's start
     token = os.environ.get("DMTCP_COORD_TOKEN") or _left_token(coord_port) \
-        or secrets.token_hex(16)
+        or os.urandom(16).hex()
     ckpt = Path(ckptdir).resolve() if ckptdir else None
-    machine = CoordinatorMachine(uuid.uuid4().hex[:12], exit_on_last=a.exit_on_last,
+    machine = CoordinatorMachine(os.urandom(6).hex(), exit_on_last=a.exit_on_last,
                                  exit_after_ckpt=a.exit_after_ckpt,
                                  interval=0.0 if interval == AUTO else interval,
                                  interval_auto=interval == AUTO,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 from dmtcp_py.cli import fastargs
+from dmtcp_py.cli.no_tls import keep_ssl_out
 from dmtcp_py.errors import one_line
 
 
@@ -25,6 +26,7 @@ def run_coordinator(words: list[str]) -> int:
 
 
 def main() -> None:
+    keep_ssl_out()
     sys.exit(run_coordinator(sys.argv[1:]))
 
 

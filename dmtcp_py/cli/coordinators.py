@@ -16,6 +16,7 @@ from dmtcp_py.protocol.handshake import Coordinator
 from dmtcp_py.tokens import resolve_token
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+MAX_FD = 2**31 - 1  # (closerange's end: close_range(2) takes any)
 
 
 def is_local(host: str) -> bool:
@@ -36,13 +37,15 @@ class Starting:
         self._errors = -1
         self._port_file = ""
 
-    def begin(self, *, sigmask: set[int] | None = None, close: tuple[int, ...] = ()) -> None:
+    def begin(self, *, sigmask: set[int] | None = None) -> None:
         """Fork this process rather than start a new interpreter: what is
         already imported is shared, and the rest loads in the child while
         this process goes on (a launch forks it as soon as the program
         runs, so that it loads beside the agent, on another core).  No
         other thread may be running.  The child takes sigmask as its signal
-        mask and closes the fds of close."""
+        mask, and keeps none of this process's fds but its standard ones: a
+        coordinator holding the program's pipes, CRIU's or the images would
+        keep them open as long as the computation lives."""
         self._port_file = os.path.join(run_dir_name(),
                                        f"port-{os.getpid()}-{os.urandom(4).hex()}")
         args = ["--daemon", "--exit-on-last", "-q", "--coord-port", str(self.port),
@@ -57,11 +60,8 @@ class Starting:
             code = 1
             try:
                 _name_process(b"dmtcp-coord")  # not launch's name in ps/top
-                os.close(errors_r)
                 os.dup2(errors_w, 2)
-                os.close(errors_w)
-                for fd in close:
-                    os.close(fd)
+                os.closerange(3, MAX_FD)  # (the objects that held them are never used here)
                 if sigmask is not None:
                     import _signal
                     _signal.pthread_sigmask(_signal.SIG_SETMASK, sigmask)

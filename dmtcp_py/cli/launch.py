@@ -10,11 +10,13 @@ import os
 import sys
 
 from dmtcp_py.cli import fastargs
+from dmtcp_py.cli.no_tls import keep_ssl_out
 from dmtcp_py.cli.launcher import launch
 from dmtcp_py.errors import one_line
 
 
 def main() -> None:
+    keep_ssl_out()
     args = fastargs.launch_args(sys.argv[1:])
     if args is None:  # --help, --version, or something to complain about
         from dmtcp_py.cli.base import run

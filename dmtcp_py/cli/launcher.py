@@ -97,7 +97,7 @@ def launch(a: fastargs.LaunchArgs) -> int:
         # Forked now, before the agent's loading thread exists: it imports
         # its modules on the other core while the agent loads its own, rather
         # than after them (~50 ms of every launch that starts its coordinator)
-        starting.begin(sigmask=started.sigmask, close=(started.listener.fileno(),))
+        starting.begin(sigmask=started.sigmask)
     # a coordinator started here waits for its first tree to exit with its last
     code = early.load_beside(started, AGENT_MODULE, may_leave=not plan.own_coordinator)
     if code is not None:

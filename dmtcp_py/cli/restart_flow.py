@@ -1,6 +1,6 @@
-"""The order of a restart: a coordinator to start is forked first, before
-the restart's own modules load (restarting.py: ~40 ms, with the other
-core idle till then), so that it loads beside them."""
+"""The first steps of a restart, before its own modules load
+(restarting.py): CRIU must work here, and a coordinator must answer or
+be started (restarting.py forks it once CRIU began)."""
 from __future__ import annotations
 
 from dmtcp_py import criu_access
@@ -11,12 +11,11 @@ from dmtcp_py.errors import UserError
 
 def coordinator_for(a: fastargs.RestartArgs) -> Starting | None:
     """The coordinator of the restart: None when one answers on a's port
-    (and a allows joining it), else one started here, forked already."""
+    (and a allows joining it), else one to start here."""
     if (why := criu_access.problem()) is not None:
         raise UserError(f"cannot restore: {why}")
     found = find_or_start(a.host, a.port, join=a.join, new=a.new_coordinator, keep=a.keep)
     if isinstance(found, Starting):
-        found.begin()
         return found
     found.close()  # (it answers: that was the question)
     return None

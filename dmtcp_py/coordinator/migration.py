@@ -13,10 +13,11 @@ everything back as it was: the old copies were never let go.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+
+from dmtcp_py.frozen import record
 
 
-@dataclass(frozen=True)
+@record
 class TreeRef:
     """What a tree is known by: its id, its host, its agent's and its
     processes' pids."""

@@ -28,8 +28,8 @@ took its CPUs are likely still there.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
+from dmtcp_py.frozen import record
 from dmtcp_py.protocol.messages import Load
 
 WAIT = 0.25      # of the time a thread of the tree waits for a CPU
@@ -42,7 +42,7 @@ STALE = 15.0     # seconds after which a tree's report no longer counts (3 sampl
 LEFT_FOR, LEFT_MIN = 10, 60.0
 
 
-@dataclass(frozen=True)
+@record
 class Report:
     tree_id: str
     host: str
@@ -55,7 +55,7 @@ class Report:
         return self.load.busy / len(self.load.cpus)
 
 
-@dataclass(frozen=True)
+@record
 class Decision:
     """A rebalance: these trees of `host` go to `to` ("" when no host is
     less loaded); why, in figures."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from dmtcp_py.frozen import record
 from dmtcp_py.listing import signal_name
 from dmtcp_py.protocol.messages import ImageInfo, TreeEnded
 
@@ -27,7 +28,7 @@ AGENT_LOSS_DELAY = 4.0
 RETRY_DELAY = 1.0         # seconds before attempt N+1, times N: a failing restart is not a busy loop
 
 
-@dataclass(frozen=True)
+@record
 class RecoveryPolicy:
     auto_restart: bool = False
     max_restarts: int = MAX_RESTARTS
@@ -43,7 +44,7 @@ class Phase(enum.Enum):
     RESTARTING = "restarting"   # the restart command runs; its trees join the round
 
 
-@dataclass(frozen=True)
+@record
 class Failure:
     tree_id: str
     program: str

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from dmtcp_py.coordinator.machine import (
 )
 from dmtcp_py.protocol import codec, messages
 from dmtcp_py.protocol.messages import Cmd, Command, Hello, Message, Refused, Reply, Role, Welcome
+from dmtcp_py.tokens import same_token
 
 log = logging.getLogger("coordinator")
 HELLO_TIMEOUT = 10.0
@@ -87,7 +87,7 @@ class CoordinatorServer:
         if not isinstance(hello, Hello):
             conn.close(f"{hello.TYPE!r} before hello")
             return
-        if not hmac.compare_digest(hello.token.encode(), self.token.encode()):
+        if not same_token(hello.token, self.token):
             conn.write(messages.encode(Refused(error=Refused.WRONG_TOKEN)))
             conn.close("wrong token")
             return

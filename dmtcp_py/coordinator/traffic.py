@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from dmtcp_py.frozen import record
 from dmtcp_py.images.socket_table import is_namespace_local
 
 HALF_LIVES = (10.0, 60.0, 600.0)  # seconds: short, middle, long
@@ -58,7 +59,7 @@ class _Conn:
         return [s * 0.5 ** (dt / h) for s, h in zip(self.sums, HALF_LIVES)]
 
 
-@dataclass(frozen=True)
+@record
 class Edge:
     """The traffic between two trees (b == OUTSIDE: out of the
     computation), in bytes per second at each time scale, and weighted."""

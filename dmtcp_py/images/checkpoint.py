@@ -30,6 +30,7 @@ from typing import Callable
 
 from dmtcp_py.agent import criu_driver
 from dmtcp_py.errors import ImageError
+from dmtcp_py.frozen import record
 from dmtcp_py.images import (chunks, compress, integrity, shared_files, store, temp_files,
                              written_files)
 from dmtcp_py.images import follow as follow_pages
@@ -57,7 +58,7 @@ class TreeFacts:
     agent_socket_ns: bool = True  # its shims add the PID namespace (Manifest)
 
 
-@dataclass(frozen=True)
+@record
 class SavedFiles:
     """What save_files read of the tree and kept, for the manifest."""
     view: shared_files.TreeView

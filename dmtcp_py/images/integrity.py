@@ -31,12 +31,12 @@ import os
 import stat
 import threading
 from concurrent.futures import Executor, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import xxhash
 
 from dmtcp_py.errors import ImageError
+from dmtcp_py.frozen import record
 from dmtcp_py.images import chunks
 from dmtcp_py.images.manifest import MANIFEST, Manifest
 
@@ -179,7 +179,7 @@ def _parallel(files: list[tuple[Path, str, str]], wide: bool = True) -> list[str
         return list(pool.map(lambda f: _digest(*f, wide=wide), files))
 
 
-@dataclass(frozen=True)
+@record
 class Sealed:
     """What a manifest records of an image's files: name -> size, name ->
     digest (ALGORITHM)."""

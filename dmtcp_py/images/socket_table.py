@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from dataclasses import dataclass
 from typing import Any
 
 from dmtcp_py.errors import ImageError
+from dmtcp_py.frozen import record
 
 # a socket address: (ip, port) for AF_INET/AF_INET6 (an [ip, port] list in
 # JSON), a Unix socket's path or "@abstract name", or None (unbound, no peer)
@@ -33,7 +33,7 @@ Option = tuple[int, int, str]
 SIDES = ("a", "b")  # of a connection; at restart side a listens, side b connects
 
 
-@dataclass(frozen=True)
+@record
 class SocketInfo:
     """What one parked socket is.  Built once, when it is parked (or read
     from the image at restart); never changed."""
@@ -54,14 +54,14 @@ class SocketInfo:
                                                                    socket.AF_INET6)
 
 
-@dataclass(frozen=True)
+@record
 class Connection:
     """A connection under control: its id, and which end this socket is."""
     conn: str
     side: str
 
 
-@dataclass(frozen=True)
+@record
 class SocketRow:
     """One row of the manifest's socket table."""
     info: SocketInfo

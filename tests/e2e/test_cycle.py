@@ -3,12 +3,16 @@ where it was.  Real CRIU, real processes; the programs check themselves."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
+from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.e2e.harness import TIMEOUT, last_tick, ticks, wait_for
+from tests.e2e.test_bad_input import free_port
 
 TICKS, INTERVAL_MS = 400, 10  # 4 s: room for a slow checkpoint on a busy machine
 
@@ -200,3 +204,49 @@ def test_two_trees_checkpoint_and_restart_together(comp, programs):
         assert before[source] < first <= killed[source] + 1
         numbers = [int(ln.split()[1]) for ln in mine]
         assert numbers == list(range(first, TICKS + 1))
+
+
+def test_a_coordinator_the_restart_starts_keeps_none_of_its_files(comp, programs):
+    """dmtcp-restart forks the coordinator it starts once CRIU has begun:
+    the coordinator, which lives as long as the computation, must not hold
+    the restart's pipes, CRIU's files or the images (a pipeline's reader
+    would wait for it, a pruned generation's space would stay taken)."""
+    cmd = [*programs["counter_single"], str(TICKS), str(INTERVAL_MS)]
+    # into a pipe: the restart hands its own pipe over to CRIU (a copy of it)
+    proc = subprocess.Popen([comp_tool("dmtcp-launch"), "--join", "-p", str(comp.port),
+                             "--ckptdir", str(comp.ckptdir), *cmd],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+    comp.wait_peers(1)
+    comp.checkpoint()
+    assert comp.kill_and_wait(proc) != 0
+    proc.stdout.close()
+    image, port = comp.images()[0], free_port()
+    restarted = subprocess.Popen([comp_tool("dmtcp-restart"), "--new-coordinator", "-p",
+                                  str(port), str(image)],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL)
+    try:
+        def coordinator() -> int | None:
+            return next((c.pid for c in psutil.net_connections("tcp4")
+                         if c.laddr.port == port and c.status == psutil.CONN_LISTEN), None)
+
+        def running() -> bool:
+            res = subprocess.run([comp_tool("dmtcp-command"), "-p", str(port), "-s", "--json"],
+                                 capture_output=True, text=True, timeout=TIMEOUT)
+            return res.returncode == 0 and json.loads(res.stdout)["running"]
+
+        wait_for(lambda: restarted.poll() is not None or running(),
+                 what="the restarted program to run")
+        assert restarted.poll() is None
+        pid = coordinator()
+        held = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")
+                if int(fd) > 2}
+        # its sockets, its epoll and its log: nothing else
+        assert not [h for h in held if not h.startswith(("socket:", "anon_inode:"))
+                    and not h.endswith(f"coordinator-{port}.log")], held
+        assert str(comp.ckptdir) not in Path(f"/proc/{pid}/maps").read_text()
+    finally:
+        subprocess.run([comp_tool("dmtcp-command"), "-p", str(port), "-q"], capture_output=True,
+                       timeout=TIMEOUT)
+        restarted.wait(timeout=TIMEOUT)
+        restarted.stdout.close()

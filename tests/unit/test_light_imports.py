@@ -35,3 +35,22 @@ def test_restart_and_coordinator_entry_points_load_little(module):
     loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                 check=True).stdout.split())
     assert not loaded & set(BEFORE_CRIU), sorted(loaded & set(BEFORE_CRIU))
+
+
+# What a restart and the coordinator it starts load before the program runs
+# again: neither OpenSSL (asyncio's TLS, hmac's and hashlib's hashes) nor what
+# only a checkpoint needs (the agent loads that once it runs).
+NOT_BEFORE_RUNNING = ("ssl", "_ssl", "_hashlib", "psutil", "pycriu", "statistics", "platform")
+
+
+@pytest.mark.parametrize("modules", [
+    "dmtcp_py.cli.restart, dmtcp_py.cli.restarting, dmtcp_py.agent.runner",
+    "dmtcp_py.cli.coordinator, dmtcp_py.cli.coordinating"])
+def test_restart_and_its_coordinator_load_no_openssl(modules):
+    code = ("import sys\nfrom dmtcp_py.cli.no_tls import keep_ssl_out\nkeep_ssl_out()\n"
+            f"import {modules}\nimport asyncio\n"
+            "print(' '.join(m for m, v in sys.modules.items() if v is not None))")
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                check=True).stdout.split())
+    assert "asyncio.base_events" in loaded  # (it did load what the processes run)
+    assert not loaded & set(NOT_BEFORE_RUNNING), sorted(loaded & set(NOT_BEFORE_RUNNING))

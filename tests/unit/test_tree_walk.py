@@ -158,7 +158,10 @@ def test_walk_finds_the_tree_and_the_orphans(small_tree):
     assert set(pids) >= set(small_tree.values())  # the zombie Z inside the tree too
     assert set(pids) == _old_processes()
     assert all(p.memory_info().rss >= 0 for p in found if p.pid != small_tree["Z"])
+    assert t.pids() == pids
     assert t.has_live_processes()
+    # a zombie or a pid that is gone never reconnects
+    assert Tree.alive({small_tree["root"], small_tree["Z"], 2**31 - 1}) == {small_tree["root"]}
 
 
 def test_walk_leaves_out_our_ended_children_and_criu(small_tree, tmp_path):
