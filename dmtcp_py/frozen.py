@@ -1,4 +1,5 @@
-"""@record: a frozen dataclass whose methods are written once, here.
+"""@record: a frozen dataclass whose methods are written once, here;
+@mutable_record: the same for a plain (mutable) @dataclass.
 
 @dataclass(frozen=True) compiles an __init__, __eq__, __hash__, __repr__,
 __setattr__ and __delattr__ of its own for every class (six exec() calls).
@@ -8,7 +9,9 @@ anything.  A record asks dataclass only for its fields (so fields(),
 replace(), asdict() and is_dataclass() work as they did) and takes the
 methods below, which read them.  Equal, hashable, immutable and printed as
 a frozen dataclass is; what it does not support is said where it is
-refused: fields that are not in __init__, or compared apart.
+refused: fields that are not in __init__, or compared apart.  A mutable
+record (a plain @dataclass took ~0.7 ms for 8 fields, a record 0.07) is
+equal and printed the same way, can be assigned to, and is unhashable.
 """
 from __future__ import annotations
 
@@ -20,6 +23,15 @@ _MISSING = dataclasses.MISSING
 
 def record(cls: type) -> type:
     """Decorate a class as @dataclass(frozen=True) would."""
+    return _decorate(cls, _METHODS)
+
+
+def mutable_record(cls: type) -> type:
+    """Decorate a class as @dataclass would."""
+    return _decorate(cls, _MUTABLE_METHODS)
+
+
+def _decorate(cls: type, methods: dict[str, Any]) -> type:
     if cls.__doc__ is None:  # else dataclass derives one, with inspect
         cls.__doc__ = cls.__name__
     cls = dataclasses.dataclass(init=False, repr=False, eq=False)(cls)
@@ -28,7 +40,7 @@ def record(cls: type) -> type:
         if not f.init or not f.compare or f.hash is not None or f.kw_only:
             raise TypeError(f"{cls.__name__}.{f.name}: a record's fields are plain")
     cls._record_fields = tuple((f.name, f.default, f.default_factory) for f in fields)
-    for name, method in _METHODS.items():
+    for name, method in methods.items():
         if cls.__dict__.get(name) is None:  # (a class's own __eq__ sets __hash__ None)
             setattr(cls, name, method)
     return cls
@@ -95,3 +107,5 @@ def _delattr(self, name: str) -> None:
 
 _METHODS = {"__init__": _init, "__eq__": _eq, "__hash__": _hash, "__repr__": _repr,
             "__setattr__": _setattr, "__delattr__": _delattr}
+# (not hashable, as a plain dataclass with its __eq__ is)
+_MUTABLE_METHODS = {"__init__": _init, "__eq__": _eq, "__repr__": _repr, "__hash__": None}

@@ -93,8 +93,9 @@ import socket
 import struct
 import termios
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from dmtcp_py.frozen import mutable_record
 from dmtcp_py.sockio import peek_queue, recv_exactly_async, wait_readable, wait_writable
 
 __all__ = ["MESSAGE", "STREAM", "DrainError", "Drained", "drain", "refill"]
@@ -121,7 +122,7 @@ class DrainError(Exception):
     says which."""
 
 
-@dataclass(repr=False)
+@mutable_record
 class Drained:
     """What drain took out of one connection end.
 
@@ -428,7 +429,7 @@ async def _drain_messages(end: _End, cookie: bytes, out: Drained) -> None:
 
 # --- refill -------------------------------------------------------------------
 
-@dataclass
+@mutable_record
 class _Request:
     payload: bytes | list[bytes]
     kept: int

@@ -17,12 +17,13 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import lru_cache
 from typing import Iterable
 
 from dmtcp_py import procfs
 from dmtcp_py.agent import sockdiag
+from dmtcp_py.frozen import mutable_record
 from dmtcp_py.images.socket_table import Address, Option, SocketInfo, is_namespace_local
 
 # options that describe how the program set its socket up (restored on a
@@ -126,7 +127,7 @@ def inet_key(kind: str, addr: tuple, netid: str) -> str:
     return f"{kind}:{ip}:{port}"
 
 
-@dataclass
+@mutable_record
 class SocketEntry:
     """One parked socket (one inode), what it is, and every (pid, fd) that
     holds it."""

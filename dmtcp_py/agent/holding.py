@@ -23,9 +23,10 @@ import asyncio
 import contextlib
 import os
 import socket
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from dmtcp_py.agent import drain
+from dmtcp_py.frozen import mutable_record
 from dmtcp_py.images.socket_table import Connection, SocketInfo
 
 # What the program may send toward a moving peer before it waits, as a
@@ -71,7 +72,7 @@ def local_pair(family: int) -> tuple[socket.socket, socket.socket]:
     return a, b
 
 
-@dataclass
+@mutable_record
 class Held:
     """One held connection."""
     conn: Connection

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
+from dmtcp_py.frozen import mutable_record
 from dmtcp_py.protocol.messages import Load
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -86,7 +87,7 @@ def kernel_id() -> str:
         return ""
 
 
-@dataclass
+@mutable_record
 class _Sample:
     at: float
     cpus: dict[int, tuple[int, int]]
@@ -94,7 +95,7 @@ class _Sample:
     waits: dict[int, int]   # thread id -> run_delay ns
 
 
-@dataclass
+@mutable_record
 class LoadSampler:
     kernel: str = field(default_factory=kernel_id)
     _last: _Sample | None = None

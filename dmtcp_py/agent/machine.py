@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dmtcp_py.agent import records
-from dmtcp_py.frozen import record
+from dmtcp_py.frozen import mutable_record, record
 from dmtcp_py.listing import signal_name
 from dmtcp_py.protocol import messages
 from dmtcp_py.protocol.states import State, TransitionError, check_transition
@@ -209,7 +209,7 @@ class Pending:
 
 # ---- the machine -----------------------------------------------------------------
 
-@dataclass
+@mutable_record
 class Identity:
     """Who this tree is, as the coordinator is told in hello."""
     tree_id: str

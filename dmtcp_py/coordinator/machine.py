@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from dmtcp_py.coordinator import migration, rebalance, recovery, replication
 from dmtcp_py.coordinator.interval import AutoInterval
 from dmtcp_py.coordinator.nameservice import NameService
 from dmtcp_py.coordinator.recovery import Failure, Phase, Recovery, RecoveryPolicy
 from dmtcp_py.coordinator.traffic import TrafficMatrix
-from dmtcp_py.frozen import record
+from dmtcp_py.frozen import mutable_record, record
 from dmtcp_py.protocol.messages import (
     Barrier,
     CancelMove,
@@ -119,7 +119,7 @@ class Shutdown:
 
 # ---- state ----------------------------------------------------------------
 
-@dataclass
+@mutable_record
 class Agent:
     agent_id: int
     host: str
@@ -150,7 +150,7 @@ class RoundKind(enum.Enum):
         return "migration" if self is RoundKind.MIGRATE else self.value
 
 
-@dataclass
+@mutable_record
 class Migration:
     """What a migration round knows besides its barriers."""
     moving: dict[str, int]              # tree id -> the agent of its old copy
@@ -172,7 +172,7 @@ class Migration:
     swapping: bool = False
 
 
-@dataclass
+@mutable_record
 class Round:
     """One checkpoint, or one restart, going through the barriers."""
     kind: RoundKind
@@ -200,7 +200,7 @@ class Round:
     trees: set[str] = field(default_factory=set)  # restart: the trees that joined
 
 
-@dataclass
+@mutable_record
 class CalledOff:
     """A restart that was called off before all of its trees had joined.
     Its other trees are still on their way (agents of the same dmtcp-restart

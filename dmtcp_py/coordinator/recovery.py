@@ -10,9 +10,8 @@ restart does.  MPICH-V's volatile nodes, on this project's protocol.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
-from dmtcp_py.frozen import record
+from dmtcp_py.frozen import mutable_record, record
 from dmtcp_py.listing import signal_name
 from dmtcp_py.protocol.messages import ImageInfo, TreeEnded
 
@@ -56,7 +55,7 @@ class Failure:
         return f"{self.program}@{self.host} (tree {self.tree_id}): {self.why}"
 
 
-@dataclass
+@mutable_record
 class Recovery:
     """One recovery under way (attempts of it count against max_restarts)."""
     failure: Failure

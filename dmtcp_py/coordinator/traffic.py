@@ -25,9 +25,9 @@ Here, without I/O and with time as a parameter:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 
-from dmtcp_py.frozen import record
+from dmtcp_py.frozen import mutable_record, record
 from dmtcp_py.images.socket_table import is_namespace_local
 
 HALF_LIVES = (10.0, 60.0, 600.0)  # seconds: short, middle, long
@@ -44,7 +44,7 @@ def endpoint_key(host: str, endpoint: str) -> str:
     return f"{host}/{endpoint}" if is_namespace_local(ip) else endpoint
 
 
-@dataclass
+@mutable_record
 class _Conn:
     tree: str
     local: str       # keys (endpoint_key)

@@ -24,20 +24,20 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Callable
 
 from dmtcp_py.agent import criu_driver
 from dmtcp_py.errors import ImageError
-from dmtcp_py.frozen import record
+from dmtcp_py.frozen import mutable_record, record
 from dmtcp_py.images import (chunks, compress, integrity, shared_files, store, temp_files,
                              written_files)
 from dmtcp_py.images import follow as follow_pages
 from dmtcp_py.images.manifest import Manifest, load
 
 
-@dataclass
+@mutable_record
 class TreeFacts:
     """What the manifest says of the tree besides its files."""
     comp_id: str
@@ -67,7 +67,7 @@ class SavedFiles:
     written: list[dict]    # see images.written_files
 
 
-@dataclass
+@mutable_record
 class Checkpoint:
     """One generation of one tree, from the dump until it is published or
     discarded."""

@@ -64,10 +64,11 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from dmtcp_py.errors import ImageError
+from dmtcp_py.frozen import mutable_record
 from dmtcp_py.images import compress
 from dmtcp_py.images.manifest import Manifest
 
@@ -244,7 +245,7 @@ def hash_chunks(fd: int, lengths: list[int], pool: Executor | None = None,
 
 # ---- storing a generation -------------------------------------------------------------
 
-@dataclass
+@mutable_record
 class Stored:
     """What store() made of a partial directory's pages files."""
     data: dict[str, list[list]] = field(default_factory=dict)   # manifest `data`

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from pathlib import Path
 
 from dmtcp_py.errors import ImageError
+from dmtcp_py.frozen import mutable_record
 
 MANIFEST = "manifest.json"
 FORMAT = 1
 
 
-@dataclass
+@mutable_record
 class Manifest:
     comp_id: str
     tree_id: str

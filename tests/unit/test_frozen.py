@@ -1,11 +1,12 @@
-"""frozen.record behaves as @dataclass(frozen=True) does."""
+"""frozen.record behaves as @dataclass(frozen=True) does, and
+frozen.mutable_record as @dataclass."""
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
 
-from dmtcp_py.frozen import record
+from dmtcp_py.frozen import mutable_record, record
 
 
 @record
@@ -78,3 +79,33 @@ def test_fields_it_cannot_keep_are_refused():
         @record
         class Hidden:
             x: int = dataclasses.field(default=0, compare=False)
+
+
+@mutable_record
+class Counter:
+    name: str
+    seen: list = dataclasses.field(default_factory=list)
+    total: int = 0
+
+
+@dataclasses.dataclass
+class CounterTwin:
+    name: str
+    seen: list = dataclasses.field(default_factory=list)
+    total: int = 0
+
+
+def test_a_mutable_record_is_a_plain_dataclass():
+    c, t = Counter("a"), CounterTwin("a")
+    c.total += 2
+    c.seen.append(1)
+    t.total, t.seen = 2, [1]
+    assert dataclasses.astuple(c) == dataclasses.astuple(t)
+    assert repr(c) == repr(t).replace("CounterTwin", "Counter")
+    assert c == Counter("a", [1], 2) and c != t
+    assert Counter("b").seen is not Counter("b").seen  # a factory's value each
+    with pytest.raises(TypeError):
+        hash(c)  # as a dataclass with its __eq__: unhashable
+    with pytest.raises(TypeError):
+        Counter("a", [], 0, 1)
+    assert dataclasses.replace(c, total=5) == Counter("a", [1], 5)
