@@ -35,9 +35,20 @@ def _mask(status: str, field: str, signum: int) -> bool:
     return False
 
 
+def _live_status(pid: int) -> str | None:
+    """/proc/PID/status of a process that has not ended.  A zombie keeps
+    the signal masks it had there (seen here: SigCgt with the shim's
+    signal), but it never connects: woken and waited for, it held up a
+    checkpoint of a program whose children ended as it stopped."""
+    status = procfs.read(f"/proc/{pid}/status")
+    if status is None or "\nState:\tZ" in status:
+        return None
+    return status
+
+
 def handles(pid: int, signum: int) -> bool:
     """Whether the process catches signum now (its shim is in place)."""
-    status = procfs.read(f"/proc/{pid}/status")
+    status = _live_status(pid)
     return status is not None and _mask(status, "SigCgt:", signum)
 
 
@@ -45,7 +56,7 @@ def in_exec(pid: int, signum: int) -> bool:
     """Whether the process blocks signum without catching it: between its
     shim's exec (or spawn) and the new program's shim, or a program
     without the shim that an exec of the tree gave the blocked signal."""
-    status = procfs.read(f"/proc/{pid}/status")
+    status = _live_status(pid)
     return (status is not None and not _mask(status, "SigCgt:", signum)
             and _mask(status, "SigBlk:", signum))
 

@@ -60,3 +60,21 @@ def test_a_process_with_the_handler_is_woken():
             child.kill()
             child.wait()
         child.stdout.close()
+
+
+def test_a_zombie_is_neither_woken_nor_waited_for():
+    """It keeps its signal masks in /proc, but it will never connect."""
+    sig = signal.SIGRTMAX - 2
+    pid = os.fork()
+    if pid == 0:  # catches the signal and blocks another, as the shim's processes may
+        signal.signal(sig, lambda *a: None)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGRTMAX - 5})
+        os._exit(0)
+    try:
+        while "\nState:\tZ" not in (open(f"/proc/{pid}/status").read()):
+            pass
+        assert not wake.handles(pid, sig)
+        assert not wake.in_exec(pid, signal.SIGRTMAX - 5)
+        assert wake.wake([pid], sig) == []
+    finally:
+        os.waitpid(pid, 0)
