@@ -23,12 +23,12 @@ from dmtcp_py.images import integrity, manifest, shared_files, store
 from dmtcp_py.tokens import resolve_token
 
 
-# What the agent and the coordinator both load (~40 ms here, most of it
+# What the agent and the coordinator both load (~25 ms here, most of it
 # asyncio): a coordinator started here is forked once these are in, after
 # CRIU began (and before the check of the pages, a thread), and loads only
-# its own modules (~25 ms) while the agent loads the rest of its own.
-# Forked first, it loaded all of this again beside the agent, and the two
-# took ~75 ms more CPU from CRIU and from each other.
+# its own modules (~20 ms) while the agent loads the rest of its own
+# (~40 ms).  Forked first, it loaded all of this again beside the agent,
+# and the two took ~75 ms more CPU from CRIU and from each other.
 SHARED_WITH_COORDINATOR = ("asyncio", "dmtcp_py.logs", "dmtcp_py.protocol.messages",
                            "dmtcp_py.images.socket_table")
 AGENT = ("dmtcp_py.agent.runner",)
