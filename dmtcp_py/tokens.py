@@ -25,10 +25,10 @@ def resolve_token(port: int) -> str:
         return ""
 
 
-def same_token(shown: str, ours: str | bytes) -> bool:
+def same_token(shown: str, ours: str) -> bool:
     """Whether a client showed our token, in constant time (what it shows
     is compared without telling how much of it matched)."""
-    return _compare_digest(shown.encode(), ours if isinstance(ours, bytes) else ours.encode())
+    return _compare_digest(shown.encode(), ours.encode())
 
 
 def token_hint(port: int) -> str:

@@ -38,7 +38,7 @@ class ReplicaServer:
     """Takes copies from the other hosts' agents."""
 
     def __init__(self, token: str, ckptdir: Callable[[], Path]) -> None:
-        self._token = token.encode()
+        self._token = token
         self._ckptdir = ckptdir
         self._sock: socket.socket | None = None
         self._task: asyncio.Task | None = None
