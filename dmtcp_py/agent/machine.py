@@ -70,6 +70,9 @@ class Step:
     rollback: bool = False
     hold: bool = False    # STAY: run on with the connections held, if they can be
     swap: bool = False    # a held tree stopped again: DRAIN and DUMP swap them
+    # RESUME straight after the dump (a socketless round, no REFILL): the
+    # processes come back first
+    bring_back: bool = False
 
 
 @record
@@ -82,6 +85,7 @@ class WorkResult:
     external: tuple[str, ...] = ()              # DRAIN: connections leading outside
     failed_conns: tuple[str, ...] = ()          # DRAIN: connections not drained
     held: bool = False                          # DUMP, STAY: connections held (holding.py)
+    sockets: bool = True                        # SUSPEND: the tree has sockets to hand over
 
 
 # ---- actions the runner carries out -----------------------------------------
@@ -262,6 +266,9 @@ class AgentMachine:
     # the RESUME step is under way: a process that connects running now
     # would never be released if it were suspended (the RESUME went out)
     resuming: bool = False
+    # this round's tree has no socket to hand over (as it told at SUSPENDED):
+    # the coordinator may skip the election, the drain and the refill
+    socketless: bool = False
     # why a restart was given up before its release (its coordinator went
     # away): the agent's one-line error once its tree is gone
     abandoned: str | None = None
@@ -399,13 +406,14 @@ class AgentMachine:
 
     def _barrier(self, msg: messages.Barrier) -> list:
         try:
-            check_transition(self.state, msg.state)
+            check_transition(self.state, msg.state, self.socketless)
         except TransitionError as exc:
             return [Send(messages.Reached(state=msg.state, ok=False, error=str(exc)))]
         work = WORK_AT[msg.state]
         if work is Work.SUSPEND:
             self.running = False
             self.resuming = False
+            self.socketless = False
         if work is Work.RESUME:
             self.generation = msg.generation
             self.resuming = True
@@ -417,7 +425,8 @@ class AgentMachine:
                     resume_arg=self.resume_arg() if work is Work.RESUME else 0,
                     move=msg.move if work is Work.DUMP else None,
                     reconnect=frozenset(msg.reconnect), rollback=msg.rollback,
-                    hold=msg.hold, swap=msg.swap)
+                    hold=msg.hold, swap=msg.swap,
+                    bring_back=work is Work.RESUME and self.state is State.CHECKPOINTED)
         if work is Work.RESUME:
             self.restored_pending = False  # this release tells them
         return [DoWork(step)]
@@ -427,6 +436,8 @@ class AgentMachine:
         work failed: the checkpoint fails, the tree goes on)."""
         self.state = step.target
         actions: list = []
+        if step.work is Work.SUSPEND:
+            self.socketless = result.error is None and not result.sockets
         if step.work is Work.DUMP and result.error is None and self.killed is not None:
             # the image would hold a program on its way to failing (its
             # parent reaped the killed process, and aborts): every restart
@@ -450,7 +461,8 @@ class AgentMachine:
         return actions + [Send(messages.Reached(
             state=step.target, ok=result.error is None, error=result.error,
             image=result.image if step.work is Work.DUMP else None,
-            external=result.external, failed_conns=result.failed_conns, held=result.held))]
+            external=result.external, failed_conns=result.failed_conns, held=result.held,
+            sockets=not self.socketless if step.work is Work.SUSPEND else True))]
 
     def _commit(self, msg: messages.Commit) -> list:
         """Every tree dumped (publish our images) or one failed (drop them),

@@ -129,11 +129,14 @@ class Network:
     # ---- checkpoint ----------------------------------------------------------------
 
     async def park_and_drain(self, pids: list[int], comp_id: str, generation: int,
-                             timeout: float) -> None:
+                             timeout: float, wanted: dict[int, list[int]] | None = None) -> None:
         """DRAINED.  Raises on failure (the checkpoint fails; RUNNING still
-        hands every parked socket back)."""
+        hands every parked socket back).  wanted: fdtable.to_park(pids), if
+        it was read since the processes stopped."""
         self.close()
-        wanted = await asyncio.get_running_loop().run_in_executor(None, fdtable.to_park, pids)
+        if wanted is None:
+            wanted = await asyncio.get_running_loop().run_in_executor(None, fdtable.to_park,
+                                                                      pids)
         await self._park(wanted, timeout)
         infos = [e.info for e in self.entries.values()]
         endpoints = [messages.Endpoint(local=i.key, peer=i.peer_key or "", udp=True)
@@ -489,6 +492,11 @@ class Network:
         async def recv() -> bytes:
             return await self._relay_queue(conn).get()
         return recv
+
+    def holds_sockets(self) -> bool:
+        """Sockets of the tree are with us (parked, or kept from before a
+        move): a round must hand them back through its refill."""
+        return bool(self.entries or self._before_move)
 
     def close(self) -> None:
         for e in self.entries.values():

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from dmtcp_py import fault_injection, logs, procfs
-from dmtcp_py.agent import criu_driver, init_dir, records, stdio, sysv, wake
+from dmtcp_py.agent import criu_driver, fdtable, init_dir, records, stdio, sysv, wake
 from dmtcp_py.agent import tree as tree_mod
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.machine import Step, Work, WorkResult
@@ -56,6 +56,8 @@ class TreeWork:
         self._moved: checkpoint.Checkpoint | None = None  # the image a migration moves
         # CRIU started as the round began, for its dump (criu_driver.begin_dump)
         self._criu: asyncio.Future | None = None
+        # the sockets to park (fdtable.to_park), found once the tree stopped
+        self._to_park: dict[int, list[int]] | None = None
 
     async def carry_out(self, step: Step) -> WorkResult:
         """One barrier's work; a bug of ours never leaves the tree stopped."""
@@ -116,6 +118,7 @@ class TreeWork:
         by then, so the passes end)."""
         loop = asyncio.get_running_loop()
         exec_deadline = loop.time() + EXEC_GRACE
+        self._to_park = None
         if self._criu is None:  # while the tree stops (a staying tree's goes unused)
             self._criu = loop.run_in_executor(None, criu_driver.begin_dump, self._dump_log())
         for _ in range(SUSPEND_PASSES):
@@ -123,9 +126,14 @@ class TreeWork:
             stuck = await self.shims.request_all(records.SUSPEND, records.SUSPENDED, SHIM_TIMEOUT)
             if stuck or self._left_out(exec_deadline) == ([], []):
                 break
+        if not stuck:  # (stopped: their fds stay as they are until the drain parks them)
+            self._to_park = await loop.run_in_executor(None, fdtable.to_park, self.shims.pids())
         await fault_injection.hold(State.SUSPENDED)
-        return WorkResult(error=f"processes {stuck} did not answer the suspend request"
-                          if stuck else None)
+        if stuck:
+            return WorkResult(error=f"processes {stuck} did not answer the suspend request")
+        # (a test that holds the agents in DRAINED needs the round to have one)
+        return WorkResult(sockets=bool(self._to_park) or self.net.holds_sockets()
+                          or fault_injection.hold_seconds(State.DRAINED) > 0)
 
     async def _elect(self, step: Step) -> WorkResult:
         stuck = await self.shims.request_all(records.ELECT, records.ELECTED, SHIM_TIMEOUT)
@@ -140,7 +148,7 @@ class TreeWork:
                                          SHIM_TIMEOUT)
             else:
                 await self.net.park_and_drain(self.shims.pids(), step.comp_id, step.generation,
-                                              SHIM_TIMEOUT)
+                                              SHIM_TIMEOUT, self._take_to_park())
             await fault_injection.hold(State.DRAINED)
         except Exception as exc:
             log.exception("drain failed")
@@ -326,13 +334,22 @@ class TreeWork:
                                          expected=max(expected, written)))
             await asyncio.sleep(PROGRESS_EVERY)
 
+    def _take_to_park(self) -> dict[int, list[int]] | None:
+        """What the suspend found to park, once (None: look again)."""
+        wanted, self._to_park = self._to_park, None
+        return wanted
+
+    async def _processes_back(self, step: Step) -> None:
+        """The processes the dump detached have connected again."""
+        missing = await self.shims.wait_for(self.tree.alive(set(step.expect_pids)), SHIM_TIMEOUT)
+        if missing:
+            log.warning("processes %s did not reconnect", sorted(missing))
+
     async def _refill(self, step: Step) -> WorkResult:
         if step.rollback:  # a failed migration: everything as it was
             self.net.roll_back()
             self.drop_moved()
-        missing = await self.shims.wait_for(self.tree.alive(set(step.expect_pids)), SHIM_TIMEOUT)
-        if missing:
-            log.warning("processes %s did not reconnect", sorted(missing))
+        await self._processes_back(step)
         try:
             await self.net.refill_and_unpark(SHIM_TIMEOUT, step.failed_conns)
             return WorkResult()
@@ -341,6 +358,8 @@ class TreeWork:
             return WorkResult(error=f"refilling the network connections failed: {exc!r}")
 
     async def _resume(self, step: Step) -> WorkResult:
+        if step.bring_back:  # (a socketless round: no REFILL, nothing parked)
+            await self._processes_back(step)
         await self.shims.request_all(records.RESUME, records.RESUMED, SHIM_TIMEOUT,
                                      arg=step.resume_arg)
         await self._unused_criu()

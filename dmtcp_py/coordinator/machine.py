@@ -196,6 +196,9 @@ class Round:
     resumed_at: float | None = None  # when: the program was stopped from `started` to this
     commit_ok: bool = False  # every tree dumped: the agents publish
     failed_conns: set[str] = field(default_factory=set)  # not drained at one end
+    sockets: bool = False     # SUSPENDED: a tree has sockets to hand over
+    # no tree had: the round skips the election, the drain and the refill
+    socketless: bool = False
     migration: Migration | None = None  # RoundKind.MIGRATE
     trees: set[str] = field(default_factory=set)  # restart: the trees that joined
 
@@ -465,6 +468,8 @@ class CoordinatorMachine:
             return [Notice(f"{agent.label()} reported {state.value} out of turn")]
         agent.state = state
         rnd.reached.add(agent.agent_id)
+        if state is State.SUSPENDED:
+            rnd.sockets = rnd.sockets or msg.sockets or not msg.ok
         if state is State.DRAINED:
             agent.external = msg.external
             rnd.failed_conns.update(msg.failed_conns)
@@ -1173,7 +1178,13 @@ class CoordinatorMachine:
             return commit + self._maybe_complete(now)
         if rnd.state is State.RUNNING:
             return self._finish(now)
-        rnd.state = next_state(rnd.state)
+        if rnd.state is State.SUSPENDED and rnd.kind is RoundKind.CHECKPOINT \
+                and not rnd.sockets:
+            rnd.socketless = True
+            for agent_id in rnd.participants:  # (what the skipped drain would have said)
+                if agent_id in self.agents:
+                    self.agents[agent_id].external = ()
+        rnd.state = next_state(rnd.state, rnd.socketless)
         rnd.reached = set()
         return commit + self._broadcast(rnd)
 

@@ -33,17 +33,32 @@ _NEXT: dict[State, State] = {
     State.RESTARTING: State.CHECKPOINTED,
 }
 
+# A checkpoint round in which no tree holds a socket to hand over skips the
+# barriers only sockets need: the election and the drain before the dump,
+# the refill after it.  Each skipped barrier is a round trip through the
+# coordinator, and a step of every agent, while the program is stopped.
+_SOCKETLESS: dict[State, State] = {
+    State.SUSPENDED: State.CHECKPOINTED,
+    State.CHECKPOINTED: State.RUNNING,
+}
+
 
 class TransitionError(ValueError):
     """A peer asked for a transition the protocol does not have."""
 
 
-def next_state(state: State) -> State:
+def next_state(state: State, socketless: bool = False) -> State:
+    """What the barrier after `state` leads to; socketless: in a checkpoint
+    round where no tree has a socket to elect, drain or refill."""
+    if socketless and state in _SOCKETLESS:
+        return _SOCKETLESS[state]
     return _NEXT[state]
 
 
-def check_transition(current: State, target: State) -> None:
-    if _NEXT.get(current) is not target:
+def check_transition(current: State, target: State, socketless: bool = False) -> None:
+    """socketless: the round may skip the barriers only sockets need."""
+    if _NEXT.get(current) is not target \
+            and not (socketless and _SOCKETLESS.get(current) is target):
         raise TransitionError(f"illegal transition {current.value} -> {target.value}")
 
 

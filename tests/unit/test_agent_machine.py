@@ -99,6 +99,39 @@ def test_a_checkpoint_names_each_barriers_work_in_order():
     assert m.state is State.RUNNING and m.running
 
 
+def test_a_tree_without_sockets_says_so_and_accepts_a_round_that_skips_their_barriers():
+    m = fresh()
+    step = step_of(m.on_message(barrier(State.SUSPENDED)))
+    assert m.work_done(step, WorkResult(sockets=False)) == [
+        Send(messages.Reached(state=State.SUSPENDED, ok=True, sockets=False))]
+    dump = step_of(m.on_message(barrier(State.CHECKPOINTED)))
+    assert dump.work is Work.DUMP
+    reached(m.work_done(dump, WorkResult(pending="images-1", parked=frozenset({11, 12}))))
+    m.on_message(messages.Commit(generation=1, ok=True))
+    release = step_of(m.on_message(barrier(State.RUNNING)))
+    assert release.work is Work.RESUME and release.bring_back
+    assert release.expect_pids == frozenset({11, 12})
+    assert isinstance(m.work_done(release, WorkResult())[0], Publish)  # published once running
+    assert m.state is State.RUNNING and m.running
+
+
+@pytest.mark.parametrize("result", [WorkResult(), WorkResult(error="stuck", sockets=False)])
+def test_a_tree_with_sockets_or_a_failed_suspend_keeps_every_barrier(result):
+    m = fresh()
+    step = step_of(m.on_message(barrier(State.SUSPENDED)))
+    assert reached(m.work_done(step, result)).sockets
+    refused = reached(m.on_message(barrier(State.CHECKPOINTED)))
+    assert not refused.ok and "illegal transition" in refused.error
+    assert m.state is State.SUSPENDED
+
+
+def test_a_restart_is_never_released_without_its_refill():
+    m = restarting()
+    m.restored(frozenset({5}))
+    refused = reached(m.on_message(barrier(State.RUNNING, 4)))
+    assert not refused.ok and m.state is State.CHECKPOINTED
+
+
 def test_a_process_back_while_suspended_waits_inside_a_round_and_is_released_outside():
     m = fresh()
     assert m.owes_resume(True) and not m.owes_resume(False)
@@ -448,10 +481,13 @@ class Computation:
     the work of each step done at once (a dump fails where told)."""
 
     def __init__(self, n: int, fail_dump: set[int] = frozenset(),
-                 fail_drain: dict[int, tuple[str, ...]] | None = None) -> None:
+                 fail_drain: dict[int, tuple[str, ...]] | None = None,
+                 with_sockets: set[int] | None = None) -> None:
         self.coord = CoordinatorMachine("comp")
         self.agents = {i: fresh() for i in range(1, n + 1)}
         self.fail_dump = fail_dump
+        # the trees that have sockets to hand over (None: all of them)
+        self.with_sockets = set(self.agents) if with_sockets is None else with_sockets
         self.fail_drain = fail_drain or {}
         self.verdicts: dict[int, type] = {}
         self.steps: dict[int, list[Step]] = {i: [] for i in self.agents}
@@ -492,13 +528,15 @@ class Computation:
     def _work(self, i: int, step: Step) -> WorkResult:
         if step.work is Work.DRAIN and i in self.fail_drain:
             return WorkResult(error="drain failed", failed_conns=self.fail_drain[i])
+        if step.work is Work.SUSPEND:
+            return WorkResult(sockets=i in self.with_sockets)
         if step.work is not Work.DUMP:
             return WorkResult()
         if i in self.fail_dump:
             return WorkResult(error="disk full")
         image = messages.ImageInfo(path=f"/c/{i}", host=f"h{i}", tree_id=f"t{i}",
                                    program="p", bytes=1)
-        return WorkResult(image=image, pending=f"images-{i}")
+        return WorkResult(image=image, pending=f"images-{i}", parked=frozenset({i * 10}))
 
 
 def test_two_hundred_agents_checkpoint_and_publish():
@@ -508,6 +546,27 @@ def test_two_hundred_agents_checkpoint_and_publish():
     assert len(comp.completed) == 1 and len(comp.completed[0].images) == 200
     assert comp.replies[-1].ok is True
     assert all(a.state is State.RUNNING and a.running for a in comp.agents.values())
+
+
+def test_a_round_where_no_tree_has_sockets_skips_election_drain_and_refill():
+    comp = Computation(5, with_sockets=set())
+    comp.carry(comp.coord.request_checkpoint(1, 0.0, blocking=True))
+    for i, steps in comp.steps.items():
+        assert [s.work for s in steps] == [Work.SUSPEND, Work.DUMP, Work.RESUME]
+        # no REFILL waited for the processes the dump detached: the release does
+        assert steps[-1].bring_back and steps[-1].expect_pids == frozenset({i * 10})
+    assert len(comp.completed) == 1 and comp.replies[-1].ok is True
+    assert set(comp.verdicts.values()) == {Publish} and len(comp.verdicts) == 5
+    assert all(a.state is State.RUNNING and a.running for a in comp.agents.values())
+    # the next round asks again: now one tree has a socket, and every tree drains
+    comp.with_sockets = {3}
+    for steps in comp.steps.values():
+        steps.clear()
+    comp.carry(comp.coord.request_checkpoint(1, 0.0, blocking=True))
+    assert comp.replies[-1].ok is True
+    for steps in comp.steps.values():
+        assert [s.work for s in steps] == [w for _, w in ORDER]
+        assert not any(s.bring_back for s in steps)
 
 
 def test_one_failed_dump_makes_every_agent_drop_its_images():

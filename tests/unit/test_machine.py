@@ -244,6 +244,38 @@ def test_blocking_checkpoint_through_every_barrier(n):
     assert any("checkpoint 1 done" in a.text for a in of_type(actions, Notice))
 
 
+@pytest.mark.parametrize("n", [1, 3])
+def test_a_round_where_no_tree_has_sockets_goes_from_suspended_to_the_dump_to_running(n):
+    sim = Sim(n, now=10.0)
+    ids = sorted(sim.m.agents)
+    sim.m.agents[ids[0]].external = ("127.0.0.1:5>127.0.0.1:6",)  # (a previous round's)
+    sim.checkpoint(CLIENT, blocking=True)
+    for agent_id in ids[:-1]:
+        assert sim.report(agent_id, State.SUSPENDED, sockets=False) == []
+    actions = sim.report(ids[-1], State.SUSPENDED, sockets=False)
+    assert_barrier(actions, State.CHECKPOINTED, ids, generation=1)
+    assert sim.m.listing()[0]["external"] == []  # no drain: nothing leads out
+    actions = sim.step(State.CHECKPOINTED)
+    # the commit first: the agents publish once their tree runs
+    assert [type(a.message) for a in of_type(actions, SendAgent)] == [Commit] * n + [Barrier] * n
+    assert_barrier(actions, State.RUNNING, ids, generation=1)
+    sim.step(State.RUNNING)
+    assert sim.m.round is None
+    assert only_reply(sim.log, CLIENT).ok and sim.m.generation == 1
+
+
+@pytest.mark.parametrize("first", [dict(sockets=True), dict(ok=False, sockets=False), {}])
+def test_a_round_keeps_every_barrier_if_one_tree_has_sockets_or_cannot_tell(first):
+    sim = Sim(3)
+    sim.checkpoint(CLIENT, blocking=True)
+    sim.report(2, State.SUSPENDED, **first)  # ({}: an agent that does not say)
+    sim.report(1, State.SUSPENDED, sockets=False)
+    actions = sim.report(3, State.SUSPENDED, sockets=False)
+    assert_barrier(actions, State.FD_LEADER_ELECTION, [1, 2, 3], generation=1)
+    for reported, released in CHECKPOINT_STEPS[1:]:
+        assert_barrier(sim.step(reported), released, [1, 2, 3], generation=1)
+
+
 def test_progress_goes_to_the_waiters_that_asked_for_it_summed_over_trees():
     sim = Sim(2)
     a, b = sorted(sim.m.agents)

@@ -127,6 +127,16 @@ def test_a_tree_moves_and_the_others_only_make_their_connections_to_it_again():
     assert sorted(a.tree_id for a in sim.m.agents.values()) == ["t1", "t2", "t3"]
 
 
+def test_a_migration_elects_and_drains_even_where_no_tree_has_sockets():
+    sim = Sim()
+    ids = ring(sim)
+    migrate(sim, "t2")
+    for a in ids[:-1]:
+        sim.report(a, State.SUSPENDED, sockets=False)
+    actions = sim.report(ids[-1], State.SUSPENDED, sockets=False)
+    assert {b.message.state for b in sent(actions, Barrier)} == {State.FD_LEADER_ELECTION}
+
+
 def test_a_staying_tree_that_cannot_reconnect_calls_it_off():
     sim = Sim()
     t2_moving(sim)
