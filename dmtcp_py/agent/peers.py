@@ -50,9 +50,14 @@ class PeersReport:
     """Reports the processes that run the shim (members: their pids, from
     the tree), once a burst of changes is over."""
     def __init__(self, members: Callable[[], list[int]],
-                 send: Callable[[messages.Message], None]) -> None:
+                 send: Callable[[messages.Message], None],
+                 in_round: Callable[[], bool] = lambda: False) -> None:
         self._members = members
         self._send = send
+        # while a round stops the tree, its processes come and go only as
+        # the dump detaches them: looking at them then (every process's
+        # /proc, the dump under way beside us) would only cost the stop
+        self._in_round = in_round
         self._due: asyncio.TimerHandle | None = None
         # pid -> (its command name, its label): a process that execs is
         # described again
@@ -80,6 +85,9 @@ class PeersReport:
         if self._due is not None:
             self._due.cancel()
             self._due = None
+        if not force and self._in_round():  # looked at as soon as the tree runs
+            self._due = asyncio.get_running_loop().call_later(REPORT_DELAY, self.now, False)
+            return
         pids = self._members()
         for gone in self._labels.keys() - set(pids):
             del self._labels[gone]

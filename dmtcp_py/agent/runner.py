@@ -93,7 +93,8 @@ class Agent:
                               on_program_ended=self.tree.program_ended)
         self.tree.on_killed = lambda pid, signum, core: self._process_killed(
             pid, signum, core, self.shims.name_of(pid))
-        self.peers = PeersReport(lambda: self.work.members(), self.link.send)
+        self.peers = PeersReport(lambda: self.work.members(), self.link.send,
+                                 in_round=lambda: not self.machine.running)
         self.net = Network(self.shims, self.link.send)
         self.work = TreeWork(cfg, shims=self.shims, net=self.net, tree=self.tree,
                              send=self.link.send, reach_ip=lambda: self.link.local_ip)

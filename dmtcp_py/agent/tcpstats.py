@@ -5,7 +5,8 @@ INET_DIAG_INFO (struct tcp_info: tcpi_bytes_acked, tcpi_bytes_received,
 Linux 4.1+), kept for the inodes the tree holds.  The counters are totals
 since each connection began; the coordinator turns them into rates
 (coordinator/traffic.py).  A dump costs in proportion to the namespace's
-TCP sockets, so it is asked every few seconds, never at a checkpoint.
+TCP sockets, so it is asked every few seconds, never at a checkpoint, and
+not at all for a tree that holds no socket but Unix ones.
 Layouts: include/uapi/linux/{inet_diag,tcp}.h.
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ import struct
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-from dmtcp_py.agent import fdtable
+from dmtcp_py.agent import fdtable, sockdiag
 from dmtcp_py.agent.sockdiag import (NETLINK_SOCK_DIAG, NLM_F_REQUEST, SOCK_DIAG_BY_FAMILY,
                                      _NLMSGHDR, _RTA, _align, _answers)
 
@@ -99,6 +100,10 @@ def flows(pids: Iterable[int]) -> list[Flow]:
     """The established TCP connections the processes hold, with their
     counters (a connection shared by several processes once)."""
     mine = {ino for fds in fdtable.tree_sockets(list(pids)).values() for ino in fds.values()}
+    # Unix sockets (every process's link to its agent, at least) are asked
+    # about one by one: a dump walks the kernel's whole TCP table, ~7 ms here
+    # even with almost no connection, every few seconds in every agent
+    mine -= sockdiag.unix_peers(mine).keys()
     if not mine:
         return []
     out: dict[int, Flow] = {}

@@ -142,14 +142,17 @@ class OpenFd(NamedTuple):
     fd: str                       # as /proc names it
     target: str | None            # readlink /proc/PID/fd/N ("socket:[5]", a path...)
     st: os.stat_result | None     # stat through it (the file, not the link)
-    flags: int | None             # fdinfo's flags; read only for a target that is a path
+    flags: int | None             # fdinfo's flags; read only for a regular file
 
 
 def _fdinfo_flags(pid: int, fd: str) -> int | None:
+    text = procfs.read(f"/proc/{pid}/fdinfo/{fd}")  # ("pos:\t0\nflags:\t02100002\n...")
+    start = text.find("\nflags:") + 1 if text is not None else 0
+    if start <= 0:
+        return None
     try:
-        with open(f"/proc/{pid}/fdinfo/{fd}") as info:
-            return next(int(line.split()[1], 8) for line in info if line.startswith("flags:"))
-    except (OSError, StopIteration, ValueError, IndexError):
+        return int(text[start + 6:text.find("\n", start)], 8)
+    except ValueError:
         return None
 
 
@@ -163,9 +166,10 @@ def _open_fd(pid: int, fd: str) -> OpenFd:
         st = os.stat(path)
     except OSError:
         st = None
-    # only an fd with a path can be a written file or the writer of a
-    # mapped one: sockets, pipes and anon inodes need no fdinfo
-    flags = _fdinfo_flags(pid, fd) if target is not None and target.startswith("/") else None
+    # only a regular file can be a written file or the writer of a mapped
+    # one: sockets, pipes, devices and anon inodes need no fdinfo
+    flags = _fdinfo_flags(pid, fd) if target is not None and target.startswith("/") \
+        and st is not None and stat.S_ISREG(st.st_mode) else None
     return OpenFd(pid, fd, target, st, flags)
 
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from dmtcp_py.agent import fdtable, sockdiag
+from dmtcp_py.agent import fdtable, sockdiag, tcpstats
 from dmtcp_py.agent.shimlink import ParkedFd
 
 
@@ -162,6 +162,34 @@ def test_to_park_reads_no_inet_table_for_unix_only_trees(closing, tree_procs, mo
 
     monkeypatch.setattr(fdtable, "inet_inodes", fail)
     assert fdtable.to_park([a.pid]) == {a.pid: [fd]}
+
+
+def test_traffic_dumps_no_tcp_table_for_unix_only_trees(closing, tree_procs, monkeypatch):
+    x, y = keep(closing, *socket.socketpair())
+    a = _sleeper([x.fileno(), y.fileno()])
+    tree_procs.append(a)
+
+    def fail(family):
+        raise AssertionError("the TCP table dumped for a tree without TCP sockets")
+
+    monkeypatch.setattr(tcpstats, "_dump", fail)
+    assert tcpstats.flows([a.pid]) == []
+
+
+def test_traffic_finds_the_tcp_connections_beside_unix_sockets(closing, tree_procs):
+    x, y = keep(closing, *socket.socketpair())
+    server = keep(closing, socket.create_server(("127.0.0.1", 0)))
+    client = keep(closing, socket.create_connection(server.getsockname()))
+    accepted = keep(closing, server.accept()[0])
+    client.sendall(b"x" * 1000)
+    got = 0
+    while got < 1000:
+        got += len(accepted.recv(4096))
+    a = _sleeper([x.fileno(), client.fileno()])
+    tree_procs.append(a)
+    local, peer = (f"{h}:{p}" for h, p in (client.getsockname(), client.getpeername()))
+    [flow] = [f for f in tcpstats.flows([a.pid]) if f.local == local]
+    assert flow.peer == peer and flow.sent >= 1000 and flow.received == 0
 
 
 def test_entries_name_unix_peers(closing):

@@ -1,0 +1,57 @@
+"""agent.peers.PeersReport: the tree's processes, told to the coordinator
+once a burst of changes is over, and never looked at while a round stops
+the tree."""
+from __future__ import annotations
+
+import asyncio
+import os
+
+from dmtcp_py.agent import peers
+from dmtcp_py.protocol import messages
+
+
+class Tree:
+    """The report's two callbacks, counted: the members (this test's own
+    process, which has a /proc entry to describe), and what is sent."""
+
+    def __init__(self) -> None:
+        self.looked = 0
+        self.sent: list[messages.Peers] = []
+        self.in_round = False
+
+    def members(self) -> list[int]:
+        self.looked += 1
+        return [os.getpid()]
+
+    def report(self) -> peers.PeersReport:
+        return peers.PeersReport(self.members, self.sent.append, in_round=lambda: self.in_round)
+
+
+def test_changes_during_a_round_are_looked_at_once_the_tree_runs():
+    async def scenario() -> None:
+        tree = Tree()
+        report = tree.report()
+        tree.in_round = True
+        for _ in range(3):  # the dump detaches the processes, they come back...
+            report.changed()
+            await asyncio.sleep(peers.REPORT_DELAY * 1.5)
+        assert tree.looked == 0 and tree.sent == []
+        tree.in_round = False
+        await asyncio.sleep(peers.REPORT_DELAY * 2.5)
+        assert tree.looked == 1
+        assert [[p.pid for p in m.procs] for m in tree.sent] == [[os.getpid()]]
+        report.changed()  # nothing new: looked at, not sent again
+        await asyncio.sleep(peers.REPORT_DELAY * 1.5)
+        assert tree.looked == 2 and len(tree.sent) == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_report_asked_for_is_sent_even_during_a_round():
+    async def scenario() -> None:
+        tree = Tree()
+        tree.in_round = True
+        tree.report().now()  # (a coordinator we rejoin must hear of them)
+        assert tree.looked == 1 and len(tree.sent) == 1
+
+    asyncio.run(scenario())
