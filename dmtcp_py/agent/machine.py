@@ -266,8 +266,9 @@ class AgentMachine:
     # the RESUME step is under way: a process that connects running now
     # would never be released if it were suspended (the RESUME went out)
     resuming: bool = False
-    # this round's tree has no socket to hand over (as it told at SUSPENDED):
-    # the coordinator may skip the election, the drain and the refill
+    # this round's tree has no socket to hand over (as it told at SUSPENDED,
+    # or restored): the coordinator may skip the election, the drain and the
+    # refill
     socketless: bool = False
     # why a restart was given up before its release (its coordinator went
     # away): the agent's one-line error once its tree is gone
@@ -493,9 +494,10 @@ class AgentMachine:
     # ---- the tree ----------------------------------------------------------------------
 
     def restored(self, shim_pids: frozenset[int] = frozenset(),
-                 error: str | None = None) -> list:
+                 error: str | None = None, sockets: bool = True) -> list:
         """CRIU restored the tree (or could not): the restart joins the
-        protocol at CHECKPOINTED."""
+        protocol at CHECKPOINTED.  sockets: the tree has sockets to give
+        back (else the restart may go on to RUNNING without a REFILL)."""
         if error is None and self.kill_requested:
             return [KillTree()]  # the Kill came while CRIU restored: nothing to kill then
         if error is None and self.abandoned:
@@ -503,7 +505,9 @@ class AgentMachine:
         if error is None:
             self.state = State.CHECKPOINTED
             self.expect_pids = shim_pids
-        return [Send(messages.Reached(state=State.CHECKPOINTED, ok=error is None, error=error))]
+            self.socketless = not sockets
+        return [Send(messages.Reached(state=State.CHECKPOINTED, ok=error is None, error=error,
+                                      sockets=not self.socketless))]
 
     def tree_exited(self, code: int | None) -> list:
         """The tree's root ended (code: its exit code, -N for signal N):

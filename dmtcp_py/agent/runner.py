@@ -245,7 +245,8 @@ class Agent:
         pids = start.restored_pids(m, self.tree)
         self.net.renumber(pids)
         await self._apply(self.machine.restored(frozenset(pids[p] for p in m.shim_pids
-                                                          if p in pids)))
+                                                          if p in pids),
+                                                sockets=self.net.holds_sockets()))
 
     async def _listen(self) -> None:
         """Listen for the restored tree's processes, under the name of the

@@ -172,6 +172,12 @@ class Migration:
     swapping: bool = False
 
 
+# where the agents of a round say whether their trees have sockets (Reached's
+# `sockets`): a checkpoint's at SUSPENDED, a restart's once restored.  When
+# none has, the round skips the barriers only sockets need (states.py).
+_SAYS_SOCKETS = {RoundKind.CHECKPOINT: State.SUSPENDED, RoundKind.RESTART: State.CHECKPOINTED}
+
+
 @mutable_record
 class Round:
     """One checkpoint, or one restart, going through the barriers."""
@@ -196,7 +202,7 @@ class Round:
     resumed_at: float | None = None  # when: the program was stopped from `started` to this
     commit_ok: bool = False  # every tree dumped: the agents publish
     failed_conns: set[str] = field(default_factory=set)  # not drained at one end
-    sockets: bool = False     # SUSPENDED: a tree has sockets to hand over
+    sockets: bool = False     # a tree has sockets to hand over (_SAYS_SOCKETS)
     # no tree had: the round skips the election, the drain and the refill
     socketless: bool = False
     migration: Migration | None = None  # RoundKind.MIGRATE
@@ -468,7 +474,7 @@ class CoordinatorMachine:
             return [Notice(f"{agent.label()} reported {state.value} out of turn")]
         agent.state = state
         rnd.reached.add(agent.agent_id)
-        if state is State.SUSPENDED:
+        if state is _SAYS_SOCKETS.get(rnd.kind):
             rnd.sockets = rnd.sockets or msg.sockets or not msg.ok
         if state is State.DRAINED:
             agent.external = msg.external
@@ -1178,10 +1184,9 @@ class CoordinatorMachine:
             return commit + self._maybe_complete(now)
         if rnd.state is State.RUNNING:
             return self._finish(now)
-        if rnd.state is State.SUSPENDED and rnd.kind is RoundKind.CHECKPOINT \
-                and not rnd.sockets:
+        if rnd.state is _SAYS_SOCKETS.get(rnd.kind) and not rnd.sockets:
             rnd.socketless = True
-            for agent_id in rnd.participants:  # (what the skipped drain would have said)
+            for agent_id in rnd.participants:  # (what a skipped drain would have said)
                 if agent_id in self.agents:
                     self.agents[agent_id].external = ()
         rnd.state = next_state(rnd.state, rnd.socketless)

@@ -125,11 +125,20 @@ def test_a_tree_with_sockets_or_a_failed_suspend_keeps_every_barrier(result):
     assert m.state is State.SUSPENDED
 
 
-def test_a_restart_is_never_released_without_its_refill():
+def test_a_restart_with_sockets_is_never_released_without_its_refill():
     m = restarting()
-    m.restored(frozenset({5}))
+    assert reached(m.restored(frozenset({5}))).sockets
     refused = reached(m.on_message(barrier(State.RUNNING, 4)))
     assert not refused.ok and m.state is State.CHECKPOINTED
+
+
+def test_a_restart_without_sockets_may_be_released_after_its_restore():
+    m = restarting()
+    assert not reached(m.restored(frozenset({5}), sockets=False)).sockets
+    release = step_of(m.on_message(barrier(State.RUNNING, 4)))
+    assert release.work is Work.RESUME and release.bring_back
+    assert release.expect_pids == frozenset({5})
+    assert release.resume_arg == 4 | records.RESUME_RESTORED
 
 
 def test_a_process_back_while_suspended_waits_inside_a_round_and_is_released_outside():

@@ -276,6 +276,19 @@ def test_a_round_keeps_every_barrier_if_one_tree_has_sockets_or_cannot_tell(firs
         assert_barrier(sim.step(reported), released, [1, 2, 3], generation=1)
 
 
+@pytest.mark.parametrize("sockets", [(False, False), (False, True)])
+def test_a_restart_goes_straight_to_running_where_no_tree_has_sockets(sockets):
+    sim = Sim()
+    first, _ = sim.restart_join(num_trees=2)
+    second, _ = sim.restart_join(num_trees=2, tree_id="t9")
+    sim.report(first, State.CHECKPOINTED, sockets=sockets[0])
+    actions = sim.report(second, State.CHECKPOINTED, sockets=sockets[1])
+    after = State.REFILLED if any(sockets) else State.RUNNING
+    assert {a.message.state for a in sent(actions, Barrier)} == {after}
+    sim.advance_to(None)
+    assert sim.m.generation == 4 and sim.m.status()["running"]
+
+
 def test_progress_goes_to_the_waiters_that_asked_for_it_summed_over_trees():
     sim = Sim(2)
     a, b = sorted(sim.m.agents)
