@@ -18,7 +18,7 @@ otherwise, and dropped too when the coordinator goes away or never says.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from dmtcp_py.agent import records
@@ -225,15 +225,17 @@ class Identity:
     restart_image: messages.ImageInfo | None = None  # where it restores from
 
 
-@dataclass
+# (a mutable record: @dataclass wrote its methods for these ~30 fields at
+# every import, ~2 ms of each agent's start)
+@mutable_record
 class AgentMachine:
     identity: Identity
-    state: State = field(init=False)
+    state: State = State.RUNNING            # (all three set by __post_init__)
     comp_id: str = ""
     # False from SUSPENDED until RUNNING (and during a restart): a process
     # that says hello while still suspended outside that window is owed a
     # RESUME at once
-    running: bool = field(init=False)
+    running: bool = True
     pending: Pending | None = None           # dumped, waiting for the commit
     stopped_by_checkpoint: bool = False      # the tree ended with a dump (--stop)
     # the processes expected back at REFILLED: those that detached for the
@@ -242,7 +244,7 @@ class AgentMachine:
     # what the processes are told when released: the generation they belong
     # to, and whether this release ends a restart (their hooks differ)
     generation: int = 0
-    restored_pending: bool = field(init=False)
+    restored_pending: bool = False
     # the last generation whose images all exist, told to a coordinator we
     # rejoin
     published_generation: int = 0

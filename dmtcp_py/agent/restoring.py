@@ -60,6 +60,8 @@ def _criu_failure(m: Manifest, image: Path, message: str) -> str:
     return message
 
 
+CHECK_SWITCH_INTERVAL = 0.0005  # seconds (sys.setswitchinterval) while the pages are checked
+
 class Restore:
     """prepare() puts back the files the tree had; begin() starts CRIU and
     the check of the memory pages, each beside the caller; wait() is
@@ -127,10 +129,18 @@ class Restore:
         are checked."""
         algorithm, digests = integrity.expected(self.m)
         checker = ThreadPoolExecutor(1, thread_name_prefix="pages")
+        # The hashing releases the GIL, but takes it back at every step
+        # (each file, each read, each pool thread); beside the agent's
+        # modules loading it waited a whole switch interval (5 ms) each
+        # time: 64 MiB took 50-100 ms instead of 10, and the release could
+        # wait for it.  Until the check ends, threads take turns every 0.5 ms.
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(switch, CHECK_SWITCH_INTERVAL))
         self.pages = checker.submit(
             integrity.verify, self.image, integrity.split(digests)[1], algorithm,
             "the program was killed (it ran since its lazy restart)" if self.lazy
             else "the restored processes were killed before they ran", wide=not self.lazy)
+        self.pages.add_done_callback(lambda _: sys.setswitchinterval(switch))
         checker.shutdown(wait=False)
 
     def wait(self) -> int:
