@@ -141,23 +141,24 @@ def _start_console(server: CoordinatorServer, loop: asyncio.AbstractEventLoop) -
 
 
 def _daemonize() -> int:
-    """Fork into the background; the foreground parent exits once the
-    daemon listens (or reports its error), so callers can rely on it."""
+    """Fork into the background, in a session of its own; the foreground
+    parent exits once the daemon listens (or reports its error), so
+    callers can rely on it.  One fork, not the classic two: the second
+    only keeps a daemon from acquiring a terminal by opening one, which
+    the coordinator never does, and each fork of a process that loaded
+    the coordinator was a few ms of every launch or restart that starts
+    one (on its way to listening)."""
     rfd, wfd = os.pipe()
-    middle = os.fork()
-    if middle > 0:
+    if os.fork() > 0:
         os.close(wfd)
         with os.fdopen(rfd) as r:
             status = r.read().strip()
-        os.waitpid(middle, 0)
         if status.startswith("ok"):
             os._exit(0)
         print(f"dmtcp-coordinator: error: {status[6:] or 'failed to start'}", file=sys.stderr)
         os._exit(1)
     os.close(rfd)
     os.setsid()
-    if os.fork() > 0:
-        os._exit(0)
     null = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)

@@ -114,3 +114,26 @@ def test_a_program_that_ends_at_once_under_its_own_coordinator_gives_its_status(
         wait_for(lambda: not listening(port), what="the coordinator to exit")
     finally:
         _end_listener(port)
+
+
+def test_a_daemon_coordinator_listens_in_a_session_of_its_own_holding_none_of_our_files(
+        no_strays):
+    """`dmtcp-coordinator --daemon` returns once it listens (one fork: the
+    daemon is its own session's leader, with /dev/null for its standard
+    files, and keeps none of the caller's pipes: the run below ends)."""
+    port = free_port()
+    try:
+        res = subprocess.run([tool("dmtcp-coordinator"), "--daemon", "--exit-on-last", "-q",
+                              "--coord-port", str(port)], stdin=subprocess.DEVNULL,
+                             capture_output=True, timeout=TIMEOUT)
+        assert res.returncode == 0 and res.stderr == b"", res.stderr
+        assert listening(port)
+        [pid] = [c.pid for c in psutil.net_connections("tcp")
+                 if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+        assert os.getsid(pid) == pid
+        assert {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in (0, 1, 2)} == {"/dev/null"}
+        subprocess.run([tool("dmtcp-command"), "-p", str(port), "-q"], capture_output=True,
+                       timeout=TIMEOUT, check=True)
+        wait_for(lambda: not listening(port), what="the coordinator to exit")
+    finally:
+        _end_listener(port)
