@@ -62,6 +62,22 @@ def socket_inode(pid: int, fd: int) -> int | None:
     return None
 
 
+INOTIFY_LINK = "anon_inode:inotify"
+
+
+def holds_inotify(pids: list[int]) -> bool:
+    """Whether a process of pids holds an inotify instance: the reader of
+    one that several processes share is elected with the sockets, and only
+    it keeps the events queued at a checkpoint (hijack/src/inotify.c)."""
+    for pid, name in procfs.fds(pids):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{name}") == INOTIFY_LINK:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def tree_sockets(pids: list[int]) -> dict[int, dict[int, int]]:
     """pid -> {fd: socket inode}."""
     out: dict[int, dict[int, int]] = {}

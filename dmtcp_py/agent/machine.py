@@ -85,7 +85,9 @@ class WorkResult:
     external: tuple[str, ...] = ()              # DRAIN: connections leading outside
     failed_conns: tuple[str, ...] = ()          # DRAIN: connections not drained
     held: bool = False                          # DUMP, STAY: connections held (holding.py)
-    sockets: bool = True                        # SUSPEND: the tree has sockets to hand over
+    # SUSPEND: the tree has sockets to hand over, or an inotify instance whose
+    # reader the election names (False: the round may skip both)
+    sockets: bool = True
 
 
 # ---- actions the runner carries out -----------------------------------------
@@ -268,9 +270,9 @@ class AgentMachine:
     # the RESUME step is under way: a process that connects running now
     # would never be released if it were suspended (the RESUME went out)
     resuming: bool = False
-    # this round's tree has no socket to hand over (as it told at SUSPENDED,
-    # or restored): the coordinator may skip the election, the drain and the
-    # refill
+    # this round's tree has no socket to hand over, nor an inotify instance
+    # (as it told at SUSPENDED, or restored): the coordinator may skip the
+    # election, the drain and the refill
     socketless: bool = False
     # why a restart was given up before its release (its coordinator went
     # away): the agent's one-line error once its tree is gone

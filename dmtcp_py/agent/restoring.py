@@ -62,6 +62,7 @@ def _criu_failure(m: Manifest, image: Path, message: str) -> str:
 
 CHECK_SWITCH_INTERVAL = 0.0005  # seconds (sys.setswitchinterval) while the pages are checked
 
+
 class Restore:
     """prepare() puts back the files the tree had; begin() starts CRIU and
     the check of the memory pages, each beside the caller; wait() is

@@ -401,8 +401,9 @@ class Reached(Message):
     failed_conns: tuple[str, ...] = ()      # DRAINED: connections not drained here
     held: bool = False                      # migration, STAY: its connections to moving
                                             # trees are held; release it now (swap later)
-    # SUSPENDED: the tree has sockets to hand over (or cannot tell).  When no
-    # tree has, the round skips the election, the drain and the refill
+    # SUSPENDED: the tree has sockets to hand over, or an inotify instance
+    # whose reader the election names (or it cannot tell).  When no tree
+    # has, the round skips the election, the drain and the refill
     sockets: bool = True
 
 

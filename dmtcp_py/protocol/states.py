@@ -33,8 +33,9 @@ _NEXT: dict[State, State] = {
     State.RESTARTING: State.CHECKPOINTED,
 }
 
-# A checkpoint round in which no tree holds a socket to hand over skips the
-# barriers only sockets need: the election and the drain before the dump,
+# A checkpoint round in which no tree holds a socket to hand over (nor an
+# inotify instance, whose reader is elected with the sockets) skips the
+# barriers only those need: the election and the drain before the dump,
 # the refill after it.  Each skipped barrier is a round trip through the
 # coordinator, and a step of every agent, while the program is stopped.
 _SOCKETLESS: dict[State, State] = {

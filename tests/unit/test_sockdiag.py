@@ -164,6 +164,20 @@ def test_to_park_reads_no_inet_table_for_unix_only_trees(closing, tree_procs, mo
     assert fdtable.to_park([a.pid]) == {a.pid: [fd]}
 
 
+def test_an_inotify_instance_is_found_among_a_trees_fds(closing, tree_procs):
+    import ctypes
+    x, y = keep(closing, *socket.socketpair())
+    fd = ctypes.CDLL(None, use_errno=True).inotify_init1(os.O_CLOEXEC)
+    assert fd >= 0, os.strerror(ctypes.get_errno())
+    try:
+        watcher, plain = _sleeper([fd]), _sleeper([x.fileno(), y.fileno()])
+    finally:
+        os.close(fd)
+    tree_procs += [watcher, plain]
+    assert fdtable.holds_inotify([plain.pid, watcher.pid])
+    assert not fdtable.holds_inotify([plain.pid])
+
+
 def test_traffic_dumps_no_tcp_table_for_unix_only_trees(closing, tree_procs, monkeypatch):
     x, y = keep(closing, *socket.socketpair())
     a = _sleeper([x.fileno(), y.fileno()])
