@@ -118,6 +118,9 @@ def test_launch_interval_for_the_coordinator_it_starts(tmp_path, programs, no_st
         if interval != "auto":  # (auto's first interval is 10 s: not waited for here)
             assert st["checkpoint_interval"] == 1
             wait_generation(lambda: status_at(port), 2)
+        # a kill kills the trees that joined: the coordinator may listen
+        # before the launch's agent is in
+        wait_for(lambda: status_at(port)["num_peers"] >= 1, what="the program to join")
         subprocess.run([tool("dmtcp-command"), "-p", str(port), "-k"], check=True,
                        capture_output=True, timeout=TIMEOUT)
         proc.wait(timeout=TIMEOUT)
