@@ -19,7 +19,7 @@ import os
 import socket
 from dataclasses import field
 from functools import lru_cache
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from dmtcp_py import procfs
 from dmtcp_py.agent import sockdiag
@@ -52,40 +52,29 @@ def netns_id() -> str:
     return f"{boot_id()}/{os.stat('/proc/self/ns/net').st_ino}"
 
 
-def socket_inode(pid: int, fd: int) -> int | None:
-    try:
-        link = os.readlink(f"/proc/{pid}/fd/{fd}")
-    except OSError:
-        return None
-    if link.startswith("socket:[") and link.endswith("]"):
-        return int(link[8:-1])
-    return None
-
-
 INOTIFY_LINK = "anon_inode:inotify"
 
 
-def holds_inotify(pids: list[int]) -> bool:
-    """Whether a process of pids holds an inotify instance: the reader of
-    one that several processes share is elected with the sockets, and only
-    it keeps the events queued at a checkpoint (hijack/src/inotify.c)."""
+def _fd_links(pids: list[int]) -> Iterator[tuple[int, int, str]]:
+    """(pid, fd, what /proc/PID/fd/FD links to) for every open fd of pids."""
     for pid, name in procfs.fds(pids):
         try:
-            if os.readlink(f"/proc/{pid}/fd/{name}") == INOTIFY_LINK:
-                return True
+            yield pid, int(name), os.readlink(f"/proc/{pid}/fd/{name}")
         except OSError:
             continue
-    return False
+
+
+def _sockets_of(links: Iterable[tuple[int, int, str]]) -> dict[int, dict[int, int]]:
+    out: dict[int, dict[int, int]] = {}
+    for pid, fd, link in links:
+        if link.startswith("socket:[") and link.endswith("]"):
+            out.setdefault(pid, {})[fd] = int(link[8:-1])
+    return out
 
 
 def tree_sockets(pids: list[int]) -> dict[int, dict[int, int]]:
     """pid -> {fd: socket inode}."""
-    out: dict[int, dict[int, int]] = {}
-    for pid, name in procfs.fds(pids):
-        ino = socket_inode(pid, int(name))
-        if ino is not None:
-            out.setdefault(pid, {})[int(name)] = ino
-    return out
+    return _sockets_of(_fd_links(pids))
 
 
 def inet_inodes() -> set[int]:
@@ -104,7 +93,20 @@ def inet_inodes() -> set[int]:
 
 def to_park(pids: list[int]) -> dict[int, list[int]]:
     """pid -> the fd numbers whose sockets must leave that process."""
-    found = tree_sockets(pids)
+    return _leaving(tree_sockets(pids))
+
+
+def to_hand_over(pids: list[int]) -> tuple[dict[int, list[int]], bool]:
+    """to_park(pids), and whether a process of pids holds an inotify
+    instance (the reader of one that several processes share is elected
+    with the sockets, and only it keeps the events queued at a checkpoint:
+    hijack/src/inotify.c), from one read of their fds."""
+    links = list(_fd_links(pids))
+    return _leaving(_sockets_of(links)), any(link == INOTIFY_LINK for _, _, link in links)
+
+
+def _leaving(found: dict[int, dict[int, int]]) -> dict[int, list[int]]:
+    """to_park of the sockets found (tree_sockets)."""
     if not found:
         return {}
     in_tree = {ino for fds in found.values() for ino in fds.values()}

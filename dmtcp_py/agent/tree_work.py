@@ -128,7 +128,11 @@ class TreeWork:
                 break
         elect = True
         if not stuck:  # (stopped: their fds stay as they are until the drain parks them)
-            self._to_park, inotify = await loop.run_in_executor(None, self._fds_to_hand_over)
+            # without sockets to park or an inotify instance whose reader
+            # is elected, the round may skip the election, the drain and
+            # the refill
+            self._to_park, inotify = await loop.run_in_executor(
+                None, fdtable.to_hand_over, self.shims.pids())
             # (a test that holds the agents in DRAINED needs the round to have one)
             elect = bool(self._to_park) or inotify or self.net.holds_sockets() \
                 or fault_injection.hold_seconds(State.DRAINED) > 0
@@ -136,14 +140,6 @@ class TreeWork:
         if stuck:
             return WorkResult(error=f"processes {stuck} did not answer the suspend request")
         return WorkResult(sockets=elect)
-
-    def _fds_to_hand_over(self) -> tuple[dict[int, list[int]], bool]:
-        """The sockets to park, and whether an inotify instance needs its
-        reader elected: without either, the round may skip the election,
-        the drain and the refill."""
-        pids = self.shims.pids()
-        wanted = fdtable.to_park(pids)
-        return wanted, not wanted and fdtable.holds_inotify(pids)
 
     async def _elect(self, step: Step) -> WorkResult:
         stuck = await self.shims.request_all(records.ELECT, records.ELECTED, SHIM_TIMEOUT)

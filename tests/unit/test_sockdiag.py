@@ -174,8 +174,9 @@ def test_an_inotify_instance_is_found_among_a_trees_fds(closing, tree_procs):
     finally:
         os.close(fd)
     tree_procs += [watcher, plain]
-    assert fdtable.holds_inotify([plain.pid, watcher.pid])
-    assert not fdtable.holds_inotify([plain.pid])
+    # (the socketpair's two ends are both in the tree: nothing leaves it)
+    assert fdtable.to_hand_over([plain.pid, watcher.pid]) == ({}, True)
+    assert fdtable.to_hand_over([plain.pid]) == ({}, False)
 
 
 def test_traffic_dumps_no_tcp_table_for_unix_only_trees(closing, tree_procs, monkeypatch):
