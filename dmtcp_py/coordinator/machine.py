@@ -203,10 +203,15 @@ class Round:
     commit_ok: bool = False  # every tree dumped: the agents publish
     failed_conns: set[str] = field(default_factory=set)  # not drained at one end
     sockets: bool = False     # a tree has sockets to hand over (_SAYS_SOCKETS)
-    # no tree had: the round skips the election, the drain and the refill
-    socketless: bool = False
     migration: Migration | None = None  # RoundKind.MIGRATE
     trees: set[str] = field(default_factory=set)  # restart: the trees that joined
+
+    @property
+    def socketless(self) -> bool:
+        """No tree had sockets to hand over: once every agent said so
+        (_SAYS_SOCKETS), the round skips the election, the drain and the
+        refill."""
+        return self.kind in _SAYS_SOCKETS and not self.sockets
 
 
 @mutable_record
@@ -1184,8 +1189,7 @@ class CoordinatorMachine:
             return commit + self._maybe_complete(now)
         if rnd.state is State.RUNNING:
             return self._finish(now)
-        if rnd.state is _SAYS_SOCKETS.get(rnd.kind) and not rnd.sockets:
-            rnd.socketless = True
+        if rnd.state is _SAYS_SOCKETS.get(rnd.kind) and rnd.socketless:
             for agent_id in rnd.participants:  # (what a skipped drain would have said)
                 if agent_id in self.agents:
                     self.agents[agent_id].external = ()
