@@ -110,7 +110,7 @@ class Restore:
             work.mkdir(mode=0o700, exist_ok=True)
         log_path = work / f"criu-restore-{m.tree_id}-{os.getpid()}.log"
         try:
-            self._readable = chunks.readable(image, m)
+            self._readable = chunks.readable(image, m, lazy=self.lazy)
             images = self._readable.__enter__()
             if self.lazy:
                 self.pager = criu_driver.LazyPages(images, work)

@@ -223,9 +223,11 @@ def _previous(final: Path) -> Manifest | None:
 
 
 def _clear_stale(ckptdir: Path, name: str) -> None:
-    """Remove what an agent that is gone left of this image's checkpoints
-    (.<image>.partial-<generation>-<pid>[.dumped])."""
-    for stale in ckptdir.glob(f".{name}.partial-*-*"):
+    """Remove what an agent or a restart that is gone left of this image's
+    checkpoints (.<image>.partial-<generation>-<pid>[.dumped]) and restarts
+    (.<image>.restore-<pid>: its hard links would keep pruned generations'
+    data files on the disk)."""
+    for stale in [*ckptdir.glob(f".{name}.partial-*-*"), *ckptdir.glob(f".{name}.restore-*")]:
         try:
             pid = int(stale.name.removesuffix(".dumped").rsplit("-", 1)[1])
             os.kill(pid, 0)

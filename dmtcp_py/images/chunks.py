@@ -47,19 +47,20 @@ the other: `data`) and, per pages-N.img CRIU restores from, which chunks
 make it, in order ([data file, index]: `pages`).  A data file's digest in
 the manifest's blake3 map is the digest of its chunk digests
 (integrity.list_digest), so its chunks' hashes are its checksum and a full
-checkpoint hashes each byte once.  At restore the pages-N.img files are put
-together again in a hidden view directory (readable): hard links when a
-data file is the whole pages file, else a copy of the chunks (in the
-kernel), in /dev/shm when memory has room twice over (a restart from a
-copy beside the image on ext4 took longer here), else beside the image;
-it is removed by a thread of its own once CRIU restored.
+checkpoint hashes each byte once.  At restore CRIU reads a hidden view
+directory beside the image (readable): hard links when a data file is the
+whole pages file, else the data files as they are, through CRIU's parent
+images (images.page_chain).  Only a pagemap that does not fit its chunks
+has its pages file put together again (a copy of the chunks, in the
+kernel, in /dev/shm when memory has room twice over).  The view is removed
+by a thread of its own once CRIU restored.
 """
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import shutil
-import struct
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -69,13 +70,13 @@ from pathlib import Path
 
 from dmtcp_py.errors import ImageError
 from dmtcp_py.frozen import mutable_record
-from dmtcp_py.images import compress
+from dmtcp_py.images import compress, page_chain
 from dmtcp_py.images.manifest import Manifest
+
+log = logging.getLogger("images.chunks")
 
 CHUNK = 1 << 20
 PAGE = 4096
-_INT = struct.Struct("i")
-_PE_PARENT, _PE_PRESENT = 1, 4
 
 
 # The digest of chunks and of the generations that hold them: a chunk whose
@@ -144,35 +145,12 @@ def lengths_of(data: dict) -> dict[str, list[int]]:
 def _runs(pagemap: Path) -> tuple[int, list[tuple[int, int]]] | None:
     """(pages id, [(address, bytes)] of the pages in pages-<id>.img, in
     file order) of one pagemap image; None if it cannot be read."""
-    import pycriu.images
-
-    pb, magic = pycriu.images.pb, pycriu.images.magic
-    try:
-        raw = pagemap.read_bytes()
-        (value,), at = _INT.unpack_from(raw), 4
-        if value in (magic.by_name["IMG_COMMON"], magic.by_name["IMG_SERVICE"]):
-            (value,), at = _INT.unpack_from(raw, 4), 8
-        if value != magic.by_name["PAGEMAP"]:
-            return None
-        head, runs = None, []
-        while at < len(raw):
-            (size,) = _INT.unpack_from(raw, at)
-            at += _INT.size
-            body = raw[at:at + size]
-            at += size
-            if head is None:
-                head = pb.pagemap_head()
-                head.ParseFromString(body)
-                continue
-            entry = pb.pagemap_entry()
-            entry.ParseFromString(body)
-            present = (entry.flags & _PE_PRESENT) if entry.HasField("flags") \
-                else not entry.in_parent
-            if present and not (entry.HasField("flags") and entry.flags & _PE_PARENT):
-                runs.append((entry.vaddr, entry.nr_pages * PAGE))
-        return (head.pages_id, runs) if head is not None else None
-    except Exception:  # OSError, struct.error, protobuf's DecodeError: cut at offsets then
+    pm = page_chain.read_pagemap(pagemap)
+    if pm is None:
         return None
+    return pm.pages_id, [(e.vaddr, page_chain.pages_of(e) * PAGE) for e in pm.entries
+                         if (page_chain.flags_of(e) & (page_chain.PE_PRESENT | page_chain.PE_PARENT))
+                         == page_chain.PE_PRESENT]
 
 
 def page_runs(directory: Path) -> dict[str, list[tuple[int, int]]]:
@@ -470,11 +448,33 @@ def _place(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
+def _pieces(m: Manifest) -> dict[str, list[tuple[str, int, int]]]:
+    """Per pages-N.img: its chunks in order, each (data file, offset there,
+    length)."""
+    offsets = {}
+    for name, chunks in m.data.items():
+        at, offs = 0, []
+        for n, _ in chunks:
+            offs.append(at)
+            at += int(n)
+        offsets[name] = offs
+    return {pages_name: [(name, offsets[name][int(i)], int(m.data[name][int(i)][0]))
+                         for name, i in order]
+            for pages_name, order in m.pages.items()}
+
+
 @contextmanager
-def readable(directory: Path, m: Manifest) -> Iterator[Path]:
+def readable(directory: Path, m: Manifest, lazy: bool = False) -> Iterator[Path]:
     """A directory CRIU can restore from: for an image of chunks, a hidden
-    view with its pages-N.img files put together (removed on leaving);
-    else compress.readable's."""
+    view beside it that reads the data files through parent images
+    (images.page_chain), or, where a pagemap does not fit that or the
+    restore is lazy, with its pages-N.img files put together; removed on
+    leaving.  Else compress.readable's.
+
+    (CRIU's lazy-pages daemon cannot read through parent images: it reads
+    a parent's pages in the background and is never told they arrived, so
+    the faulting process waits for ever; pagemap.c, process_async_reads:
+    "FIXME -- implement once needed".  Seen here.)"""
     if not m.pages:
         with compress.readable(directory) as view:
             yield view
@@ -483,23 +483,26 @@ def readable(directory: Path, m: Manifest) -> Iterator[Path]:
     if all(w == p for p, w in whole.items()) and set(m.data) == set(m.pages):
         yield directory  # a full generation: a plain CRIU image
         return
-    assembled = sum(sum(int(m.data[o[0]][int(o[1])][0]) for o in m.pages[p])
-                    for p, w in whole.items() if w is None)
-    parent = Path("/dev/shm") if compress.room_in_memory(assembled) else directory.parent
-    view = parent / f".{directory.name}.restore-{os.getpid()}"
-    shutil.rmtree(view, ignore_errors=True)
-    view.mkdir(mode=0o700)
+    pieces = {p: chunks for p, chunks in _pieces(m).items() if whole[p] is None}
+    view = directory.parent / f".{directory.name}.restore-{os.getpid()}"
     try:
-        for entry in directory.iterdir():
-            if entry.is_file() and entry.name not in m.data:
-                _place(entry, view / entry.name)
-        workers = os.cpu_count() or 2
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            for pages_name, name in sorted(whole.items()):
-                if name is not None:
-                    _place(directory / name, view / pages_name)
-                else:
-                    _assemble(directory, m, pages_name, view / pages_name, pool, workers)
+        try:
+            chain = None if lazy else page_chain.plan(directory, pieces)
+            if chain is None:
+                raise OSError("lazy" if lazy else "a pagemap does not fit its chunks")
+            _fill(directory, m, whole, view, skip=set(chain.processes))
+            page_chain.build(directory, chain, view)
+        except OSError as exc:  # (hard links refused, say): the pages put together
+            log.info("image %s: pages put together (%s)", directory, exc)
+            shutil.rmtree(view, ignore_errors=True)
+            assembled = sum(n for chunks in pieces.values() for _, _, n in chunks)
+            if compress.room_in_memory(assembled):
+                view = Path("/dev/shm") / view.name
+            _fill(directory, m, whole, view, skip=set())
+            workers = os.cpu_count() or 2
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                for pages_name, chunks in sorted(pieces.items()):
+                    _assemble(directory, pages_name, chunks, view / pages_name, pool, workers)
         yield view
     finally:
         # removing a GiB takes ~0.2 s: not while the restart waits (a
@@ -507,22 +510,27 @@ def readable(directory: Path, m: Manifest) -> Iterator[Path]:
         threading.Thread(target=shutil.rmtree, args=(view, True), name="view-removal").start()
 
 
-def _assemble(directory: Path, m: Manifest, pages_name: str, target: Path,
-              pool: Executor, workers: int) -> None:
+def _fill(directory: Path, m: Manifest, whole: dict[str, str | None], view: Path,
+          skip: set[str]) -> None:
+    """A new view with the generation's files but its data files and skip,
+    and the pages files that are a data file as it is."""
+    shutil.rmtree(view, ignore_errors=True)
+    view.mkdir(mode=0o700)
+    for entry in directory.iterdir():
+        if entry.is_file() and entry.name not in m.data and entry.name not in skip:
+            _place(entry, view / entry.name)
+    for pages_name, name in sorted(whole.items()):
+        if name is not None:
+            _place(directory / name, view / pages_name)
+
+
+def _assemble(directory: Path, pages_name: str, chunks: list[tuple[str, int, int]],
+              target: Path, pool: Executor, workers: int) -> None:
     """Put pages_name together from its chunks: runs of chunks that follow
     each other in one data file are one sendfile each; a big file is
     written by every core, each a part."""
-    offsets = {}
-    for name, chunks in m.data.items():
-        at, offs = 0, []
-        for n, _ in chunks:
-            offs.append(at)
-            at += int(n)
-        offsets[name] = offs
     runs: list[list] = []   # [data file, offset there, bytes]
-    for name, i in m.pages[pages_name]:
-        i = int(i)
-        n, start = int(m.data[name][i][0]), offsets[name][i]
+    for name, start, n in chunks:
         if runs and runs[-1][0] == name and runs[-1][1] + runs[-1][2] == start:
             runs[-1][2] += n
         else:

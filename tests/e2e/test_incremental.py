@@ -117,6 +117,23 @@ def test_the_newest_and_the_previous_generation_both_restart(comp, two_generatio
     assert not list(Path("/dev/shm").glob(f".{newest.name}.restore-*"))
 
 
+def test_a_restart_reads_the_shared_chunks_where_they_are(two_generations):
+    """The view CRIU restores from holds the data files themselves, a level
+    each (parent images), and copies no page."""
+    from dmtcp_py.images import chunks, manifest
+
+    _, newest, _ = two_generations
+    m = manifest.load(newest)
+    with chunks.readable(newest, m) as view:
+        assert (view / "parent").is_dir()
+        files = [p for p in view.rglob("*") if p.is_file()]
+        copied = [p for p in files if p.stat().st_nlink == 1 and p.stat().st_size > 64 << 10]
+        assert copied == []
+        data = {(newest / name).stat().st_ino for name in m.data}
+        assert data == {p.stat().st_ino for p in files} & data
+    wait_for(lambda: not view.exists(), what="the view's removal")
+
+
 def test_a_lazy_restart_of_an_incremental_generation(comp, two_generations):
     prog, newest, _ = two_generations
     proc, out = restart(comp, newest, None, "--lazy")

@@ -154,6 +154,25 @@ def test_make_partial(tmp_path):
     assert again == partial and list(again.iterdir()) == []
 
 
+def test_a_new_checkpoint_clears_what_gone_agents_and_restarts_left(tmp_path):
+    import subprocess
+
+    from dmtcp_py.images import checkpoint
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    ckptdir = tmp_path / "ckpt"
+    left = [ckptdir / f".{NAME}.partial-2-{gone.pid}", ckptdir / f".{NAME}.restore-{gone.pid}",
+            ckptdir / f".{NAME}.partial-2-{gone.pid}.dumped"]
+    alive = [ckptdir / f".{NAME}.restore-{os.getpid()}", ckptdir / f".other.restore-{gone.pid}"]
+    for d in left + alive:
+        d.mkdir(parents=True)
+        (d / "pages-1.img").write_text("x")
+    ckpt = checkpoint.Checkpoint.begin(ckptdir, "prog", "tree1", 3)
+    assert not any(d.exists() for d in left)
+    assert all(d.exists() for d in alive) and ckpt.partial.is_dir()
+
+
 DIGESTS = {"xxh3": lambda data: xxhash.xxh3_128(data).hexdigest(),
            "blake3": lambda data: blake3.blake3(data).hexdigest()}
 
