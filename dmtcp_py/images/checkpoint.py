@@ -196,7 +196,8 @@ class Checkpoint:
         self.steps["seal"] = time.monotonic()
         digests = dict(sorted({**sealed.digests, **stored.digests}.items()))
         m = replace(m, files=dict(sorted({**sealed.sizes, **stored.sizes}.items())),
-                    data=stored.data, pages=stored.pages, **{algorithm: digests})
+                    data=stored.data, data_xxh3=dict(sorted(stored.quick.items())),
+                    pages=stored.pages, **{algorithm: digests})
         self.manifest = m
         m.write(self.partial)
         expired = store.publish(self.partial, self.final, keep, durable)

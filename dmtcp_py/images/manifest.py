@@ -50,6 +50,10 @@ class Manifest:
     # incremental generations (images.chunks): data file -> its chunks
     # [[length, blake3], ...]; pages-N.img -> [[data file, chunk index], ...]
     data: dict[str, list] = field(default_factory=dict)
+    # data file -> the XXH3-128 of its chunks' XXH3-128s: what a restart
+    # checks it with (images.chunks.QUICK); a data file without one (an
+    # older dmtcp_py made it) is checked with its blake3 list digest
+    data_xxh3: dict[str, str] = field(default_factory=dict)
     pages: dict[str, list] = field(default_factory=dict)
     # the tree ran in a PID namespace of its own (restored into a new one:
     # its pids need not be free); ns_pids: each pid -> its id in there

@@ -9,6 +9,7 @@ import shutil
 from dataclasses import replace
 
 import pytest
+import xxhash
 
 from dmtcp_py.errors import ImageError
 from dmtcp_py.images import chunks, integrity, store, transfer
@@ -52,7 +53,7 @@ def _generation(tmp_path, generation: int, pages: bytes, previous=None, aside=No
     sealed = integrity.seal(partial, frozenset(stored.data), algorithm=chunks.ALGORITHM)
     m = replace(make_manifest(generation), files={**sealed.sizes, **stored.sizes},
                 blake3={**sealed.digests, **stored.digests}, data=stored.data,
-                pages=stored.pages)
+                data_xxh3=stored.quick, pages=stored.pages)
     m.write(partial)
     final = tmp_path / f"gen{generation}"
     os.rename(partial, final)
@@ -99,17 +100,45 @@ def test_deleting_the_older_generation_leaves_the_newer_whole(two):
     assert _restored(d2, m2) == second
 
 
-def test_a_damaged_shared_chunk_is_named(two):
+def test_a_restart_checks_data_files_with_the_quick_digest(two):
+    (d1, m1, s1, _), (d2, m2, s2, _) = two
+    assert set(m2.data_xxh3) == set(m2.data) == {"pages-1.img", "pages-1-g2.img"}
+    assert m2.data_xxh3["pages-1.img"] == m1.data_xxh3["pages-1.img"]   # shared: carried over
+    for d, m in ((d1, m1), (d2, m2)):
+        algorithm, digests = integrity.expected(m)
+        assert algorithm == chunks.ALGORITHM
+        assert {digests[n].kind for n in m.data} == {chunks.QUICK}
+        for name, chunk_list in m.data.items():   # the list digest of each chunk's XXH3
+            data = (d / name).read_bytes()
+            at, quick = 0, []
+            for n, _ in chunk_list:
+                quick.append(xxhash.xxh3_128(data[at:at + n]).hexdigest())
+                at += n
+            assert m.data_xxh3[name] == chunks.list_digest(quick, chunks.QUICK)
+        integrity.verify(d, digests, algorithm)
+
+
+@pytest.mark.parametrize("quick", [True, False], ids=["xxh3", "older-image-blake3"])
+@pytest.mark.parametrize("parallel", [True, False], ids=["every-core", "one-core"])
+def test_a_damaged_shared_chunk_is_named(two, monkeypatch, quick, parallel):
     (d1, m1, _, _), (d2, m2, _, _) = two
+    monkeypatch.setattr(chunks, "PARALLEL_FROM", 1 if parallel else 1 << 40)
+    calls, hash_chunks = [], chunks.hash_chunks
+    monkeypatch.setattr(chunks, "hash_chunks", lambda *a: calls.append(a[3:]) or hash_chunks(*a))
     with open(d1 / "pages-1.img", "r+b") as f:   # the inode both hold
         f.seek(5 * MIB)
         byte = f.read(1)
         f.seek(5 * MIB)
         f.write(bytes([byte[0] ^ 1]))
     for d, m in ((d1, m1), (d2, m2)):
+        m = m if quick else replace(m, data_xxh3={})
         algorithm, digests = integrity.expected(m)
-        with pytest.raises(ImageError, match="pages-1.img does not match its checksum"):
+        kind = chunks.QUICK if quick else chunks.ALGORITHM
+        with pytest.raises(ImageError, match=f"pages-1.img does not match its checksum "
+                                             f"\\({kind}\\)"):
             integrity.verify(d, digests, algorithm)
+    assert calls == ([(integrity._workers(), (chunks.QUICK if quick else chunks.ALGORITHM,))] * 3
+                     if parallel else [])
 
 
 def test_an_old_file_mostly_dead_is_not_kept_alive(two, tmp_path):
