@@ -165,8 +165,7 @@ def _runs(pagemap: Path) -> tuple[int, list[tuple[int, int]]] | None:
     if pm is None:
         return None
     return pm.pages_id, [(e.vaddr, page_chain.pages_of(e) * PAGE) for e in pm.entries
-                         if (page_chain.flags_of(e) & (page_chain.PE_PRESENT | page_chain.PE_PARENT))
-                         == page_chain.PE_PRESENT]
+                         if page_chain.present(e)]
 
 
 def page_runs(directory: Path) -> dict[str, list[tuple[int, int]]]:
@@ -336,8 +335,8 @@ def _whole_file(partial: Path, pages: Path, own: str, lengths: list[int], flushe
                 pool: Executor, workers: int, known: list[tuple[str, ...]] | None = None
                 ) -> list[tuple[str, ...]]:
     """CRIU's file becomes the data file own, durable; its chunks' digests
-    (hash_chunks'; known: taken already): renamed, flushed while it is hashed (copied, in
-    the kernel, if it is on another file system)."""
+    (hash_chunks'; known: taken already): renamed, flushed while it is
+    hashed (copied, in the kernel, if it is on another file system)."""
     if pages.parent != partial:
         try:
             os.rename(pages, partial / own)
@@ -372,9 +371,9 @@ def _whole_file(partial: Path, pages: Path, own: str, lengths: list[int], flushe
 def _store_one(partial: Path, generation: int, pages: Path, runs, index: _Index,
                flusher: Executor, pool: Executor, workers: int):
     """(pages name, {data file: chunks}, {data file: QUICK digest}, its
-    order, bytes written, bytes shared) for one of CRIU's pages files (in a scratch directory, or in
-    partial, renamed .dumped-pages-N.img when there is a previous
-    generation)."""
+    order, bytes written, bytes shared) for one of CRIU's pages files (in
+    a scratch directory, or in partial, renamed .dumped-pages-N.img when
+    there is a previous generation)."""
     size = pages.stat().st_size
     lengths = cut(size, runs)
     pages_name = pages.name.removeprefix(".dumped-")
@@ -517,15 +516,16 @@ def readable(directory: Path, m: Manifest, lazy: bool = False) -> Iterator[Path]
     pieces = {p: chunks for p, chunks in _pieces(m).items() if whole[p] is None}
     view = directory.parent / f".{directory.name}.restore-{os.getpid()}"
     try:
-        try:
-            chain = None if lazy else page_chain.plan(directory, pieces)
-            if chain is None:
-                raise OSError("lazy" if lazy else "a pagemap does not fit its chunks")
-            _fill(directory, m, whole, view, skip=set(chain.processes))
-            page_chain.build(directory, chain, view)
-        except OSError as exc:  # (hard links refused, say): the pages put together
-            log.info("image %s: pages put together (%s)", directory, exc)
-            shutil.rmtree(view, ignore_errors=True)
+        chain = None if lazy else page_chain.plan(directory, pieces)
+        if chain is not None:
+            try:
+                _fill(directory, m, whole, view, skip=set(chain.processes))
+                page_chain.build(directory, chain, view)
+            except OSError as exc:  # (hard links refused, say)
+                log.info("image %s: pages put together: %s", directory, exc)
+                shutil.rmtree(view, ignore_errors=True)
+                chain = None
+        if chain is None:
             assembled = sum(n for chunks in pieces.values() for _, _, n in chunks)
             if compress.room_in_memory(assembled):
                 view = Path("/dev/shm") / view.name

@@ -103,6 +103,11 @@ def flags_of(entry) -> int:
     return entry.flags if entry.HasField("flags") else PE_PRESENT
 
 
+def present(entry) -> bool:
+    """The entry's pages are in its own pages file."""
+    return (flags_of(entry) & (PE_PRESENT | PE_PARENT)) == PE_PRESENT
+
+
 def pages_of(entry) -> int:
     return entry.nr_pages if entry.HasField("nr_pages") else entry.compat_nr_pages
 
@@ -196,7 +201,7 @@ def uses_of(pagemap: Pagemap, order: list[tuple[str, int, int]]) -> list[Use] | 
     uses: list[Use] = []
     k = 0
     for e in pagemap.entries:
-        if (flags_of(e) & (PE_PRESENT | PE_PARENT)) != PE_PRESENT:
+        if not present(e):
             return None
         addr, left = e.vaddr, pages_of(e) * PAGE
         while left > 0:

@@ -198,7 +198,8 @@ def test_uses_follow_the_dumps_entries_and_refuse_what_does_not_fit():
             e.flags = flags
         return e
 
-    pm = pc.Pagemap(b"", 7, [entry(BASE, 3), entry(BASE + 16 * PAGE, 1, pc.PE_PRESENT | pc.PE_LAZY)])
+    lazy = entry(BASE + 16 * PAGE, 1, pc.PE_PRESENT | pc.PE_LAZY)
+    pm = pc.Pagemap(b"", 7, [entry(BASE, 3), lazy])
     order = [("a", 0, PAGE), ("b", 8 * PAGE, 2 * PAGE), ("a", PAGE, PAGE)]
     assert pc.uses_of(pm, order) == [pc.Use(BASE, PAGE, "a", 0),
                                      pc.Use(BASE + PAGE, 2 * PAGE, "b", 8 * PAGE),
