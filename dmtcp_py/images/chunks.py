@@ -73,7 +73,7 @@ from pathlib import Path
 
 from dmtcp_py.errors import ImageError
 from dmtcp_py.frozen import mutable_record
-from dmtcp_py.images import compress, page_chain
+from dmtcp_py.images import compress
 from dmtcp_py.images.manifest import Manifest
 
 log = logging.getLogger("images.chunks")
@@ -161,6 +161,7 @@ def lengths_of(data: dict) -> dict[str, list[int]]:
 def _runs(pagemap: Path) -> tuple[int, list[tuple[int, int]]] | None:
     """(pages id, [(address, bytes)] of the pages in pages-<id>.img, in
     file order) of one pagemap image; None if it cannot be read."""
+    from dmtcp_py.images import page_chain
     pm = page_chain.read_pagemap(pagemap)
     if pm is None:
         return None
@@ -513,6 +514,7 @@ def readable(directory: Path, m: Manifest, lazy: bool = False) -> Iterator[Path]
     if all(w == p for p, w in whole.items()) and set(m.data) == set(m.pages):
         yield directory  # a full generation: a plain CRIU image
         return
+    from dmtcp_py.images import page_chain  # (~1 ms: not before a plain image's restore)
     pieces = {p: chunks for p, chunks in _pieces(m).items() if whole[p] is None}
     view = directory.parent / f".{directory.name}.restore-{os.getpid()}"
     try:
