@@ -199,3 +199,92 @@ def test_criu_s_files_set_aside_are_left_for_the_caller(two, tmp_path):
     assert [p.name for p in aside.iterdir()] == ["pages-1.img"]
     assert (aside / "pages-1.img").read_bytes() == bytes(third)
     assert s3.written == MIB and _restored(d3, m3) == bytes(third)
+
+
+# ---- the view through CRIU's parent images (images.page_chain) --------------------------
+
+def _with_pagemap(tmp_path, generation: int, pages: bytes, previous=None):
+    """_generation's, with CRIU's pagemap-1.img beside pages-1.img: one
+    entry of every page at a high address, as a dump of one mapping."""
+    import struct
+
+    import pycriu.images
+    from dmtcp_py.images import page_chain
+
+    magic = pycriu.images.magic.by_name
+    prefix = struct.pack("ii", magic["IMG_COMMON"], magic["PAGEMAP"])
+    partial = store.make_partial(tmp_path, "ckpt_p_t.dmtcp", generation)
+    page_chain.write_pagemap(partial / "pagemap-1.img", prefix, 1,
+                             [page_chain.Entry(0x7F0000000000, len(pages), page_chain.PE_PRESENT)])
+    (partial / "pages-1.img").write_bytes(pages)
+    stored = chunks.store(partial, generation, *(previous or (None, None)))
+    m = replace(make_manifest(generation), data=stored.data, pages=stored.pages)
+    final = tmp_path / f"gen{generation}"
+    os.rename(partial, final)
+    return final, m
+
+
+def _read_through(view) -> bytes:
+    """What CRIU reads at the view's addresses, level by level (the model
+    of pagemap.c in test_page_chain)."""
+    from dmtcp_py.images import page_chain
+    from tests.unit.test_page_chain import Level
+
+    def level(directory):
+        pm = page_chain.read_pagemap(directory / "pagemap-1.img")
+        parent = level(directory / "parent") if (directory / "parent").is_dir() else None
+        entries = [page_chain.Entry(e.vaddr, page_chain.pages_of(e) * page_chain.PAGE,
+                                    page_chain.flags_of(e)) for e in pm.entries]
+        return Level(entries, (directory / f"pages-{pm.pages_id}.img").read_bytes(), parent)
+
+    top, out = level(view), b""
+    while top.advance():
+        out += top.read(top.pe.vaddr, top.pe.length)
+    return out
+
+
+@pytest.fixture
+def mapped(tmp_path):
+    first = os.urandom(SIZE - 8192)   # whole pages
+    second = bytearray(first)
+    second[4 * MIB + 100:4 * MIB + 200] = os.urandom(100)
+    d1, m1 = _with_pagemap(tmp_path, 1, first)
+    d2, m2 = _with_pagemap(tmp_path, 2, bytes(second), (d1, m1))
+    return d2, m2, bytes(second)
+
+
+def test_a_generation_of_shared_chunks_is_read_through_levels_of_links(mapped):
+    d2, m2, second = mapped
+    with chunks.readable(d2, m2) as view:
+        assert view.parent == d2.parent and (view / "parent" / "parent").is_dir()
+        assert (view / "pages-1.img").stat().st_size == 0   # nothing copied
+        assert _read_through(view) == second
+    with chunks.readable(d2, m2, lazy=True) as view:   # CRIU's lazy pages read no parents
+        assert not (view / "parent").exists()
+        assert (view / "pages-1.img").read_bytes() == second
+    _gone(view)
+
+
+def test_where_hard_links_are_refused_the_pages_are_put_together(mapped, monkeypatch):
+    from dmtcp_py.images import page_chain
+
+    d2, m2, second = mapped
+
+    def refused(src, dst, **kwargs):
+        raise PermissionError(1, "Operation not permitted", str(src))
+
+    monkeypatch.setattr(page_chain.os, "link", refused)
+    with chunks.readable(d2, m2) as view:
+        assert not (view / "parent").exists()
+        assert (view / "pages-1.img").read_bytes() == second
+    _gone(view)
+
+
+def _gone(view) -> None:
+    """The view's removal thread is done (in /dev/shm: not under tmp_path)."""
+    import time
+
+    deadline = time.monotonic() + 10
+    while view.exists():
+        assert time.monotonic() < deadline, f"{view} was left behind"
+        time.sleep(0.01)
