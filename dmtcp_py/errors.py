@@ -16,6 +16,16 @@ class ImageError(UserError):
     """A missing, truncated or corrupt checkpoint image."""
 
 
+def say(line: str) -> None:
+    """line on stderr, in one write.  print() writes the text and its
+    newline apart (stderr that is not a terminal writes through), and the
+    agents of a many-tree restart share one stderr: two of them failing at
+    once printed "...againdmtcp-restart: error: ..." on one line."""
+    import sys
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 def one_line(name: str, fn, *args) -> int:
     """fn(*args)'s exit code; a UserError is one line on stderr and its
     code.  (cli/base.py's run() does the same for a click command; this
@@ -24,7 +34,7 @@ def one_line(name: str, fn, *args) -> int:
     try:
         return fn(*args)
     except UserError as exc:
-        print(f"{name}: error: {exc}", file=sys.stderr, flush=True)
+        say(f"{name}: error: {exc}")
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

@@ -23,13 +23,13 @@ import json
 import logging
 import os
 import socket
-import sys
 from pathlib import Path
 from typing import Awaitable, Callable
 
 from dmtcp_py.agent import drain, fdtable, holding, udp
 from dmtcp_py.agent.fdtable import SocketEntry
 from dmtcp_py.agent.shimlink import ShimLink
+from dmtcp_py.errors import say
 from dmtcp_py.images import socket_table
 from dmtcp_py.images.socket_table import Connection, SocketInfo, SocketRow
 from dmtcp_py.listing import address_text
@@ -533,7 +533,7 @@ class Network:
             self.entries[row.info.ino] = result
         for w in self.warnings:
             log.warning("%s", w)
-            print(f"dmtcp-restart: warning: {w}", file=sys.stderr, flush=True)
+            say(f"dmtcp-restart: warning: {w}")
 
     async def _recreate_one(self, row: SocketRow, image_dir: Path, reach_ip: str) -> SocketEntry:
         info = row.info

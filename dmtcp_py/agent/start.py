@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 
 from dmtcp_py import fault_injection, procfs
 from dmtcp_py.agent import criu_driver
@@ -13,7 +12,7 @@ from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.network import Network
 from dmtcp_py.agent.restoring import Restore
 from dmtcp_py.agent.tree import Tree
-from dmtcp_py.errors import ImageError, UserError
+from dmtcp_py.errors import ImageError, UserError, say
 from dmtcp_py.images.manifest import Manifest
 from dmtcp_py.protocol.states import State
 
@@ -48,7 +47,7 @@ async def _lazy_tree(pages_checked: asyncio.Future, pager: criu_driver.LazyPages
         await pages_checked
     except ImageError as exc:
         log.error("%s", exc)
-        print(f"dmtcp-restart: error: {exc}", file=sys.stderr, flush=True)
+        say(f"dmtcp-restart: error: {exc}")
         tree.kill()
     await tree.exited.wait()
     await asyncio.get_running_loop().run_in_executor(None, pager.stop)

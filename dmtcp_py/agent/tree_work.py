@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -24,6 +23,7 @@ from dmtcp_py.agent.machine import Step, Work, WorkResult
 from dmtcp_py.agent.network import Network
 from dmtcp_py.agent.shimlink import ShimLink
 from dmtcp_py.agent.tree import Tree
+from dmtcp_py.errors import say
 from dmtcp_py.images import checkpoint
 from dmtcp_py.listing import signal_name
 from dmtcp_py.paths import hostname, run_dir
@@ -302,7 +302,7 @@ class TreeWork:
         if warning:
             self._sysv_told = True
             log.warning("%s", warning)
-            print(f"dmtcp: warning: {warning}", file=sys.stderr, flush=True)
+            say(f"dmtcp: warning: {warning}")
 
     def _facts(self, step: Step, pids: list[int], shim_pids: list[int]) -> checkpoint.TreeFacts:
         cfg, m = self.cfg, self.cfg.manifest

@@ -15,7 +15,7 @@ from dmtcp_py.cli.fastargs import AUTO, CoordinatorArgs
 from dmtcp_py.coordinator import console, rebalance as rebalancing, recovery
 from dmtcp_py.coordinator.machine import CoordinatorMachine
 from dmtcp_py.coordinator.server import CoordinatorServer
-from dmtcp_py.errors import UserError
+from dmtcp_py.errors import UserError, say
 from dmtcp_py.paths import token_file
 
 
@@ -155,7 +155,7 @@ def _daemonize() -> int:
             status = r.read().strip()
         if status.startswith("ok"):
             os._exit(0)
-        print(f"dmtcp-coordinator: error: {status[6:] or 'failed to start'}", file=sys.stderr)
+        say(f"dmtcp-coordinator: error: {status[6:] or 'failed to start'}")
         os._exit(1)
     os.close(rfd)
     os.setsid()

@@ -10,7 +10,6 @@ import gc
 import importlib
 import os
 import pwd
-import sys
 from pathlib import Path
 
 from dmtcp_py.agent import stdio
@@ -18,7 +17,7 @@ from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.restoring import Restore
 from dmtcp_py.cli import fastargs
 from dmtcp_py.cli.coordinators import Starting, exit_code
-from dmtcp_py.errors import UserError
+from dmtcp_py.errors import UserError, say
 from dmtcp_py.images import integrity, manifest, shared_files, store
 from dmtcp_py.tokens import resolve_token
 
@@ -97,7 +96,7 @@ def restart(a: fastargs.RestartArgs, starting: Starting | None) -> int:
             try:
                 code = _agent(config(image, m))
             except UserError as exc:
-                print(f"dmtcp-restart: error: {exc}", file=sys.stderr)
+                say(f"dmtcp-restart: error: {exc}")
             finally:
                 os._exit(code)
         children.append(pid)
