@@ -1,10 +1,9 @@
 """What an agent is told to do: launch a program, or restore an image."""
 from __future__ import annotations
 
-from dataclasses import field
 from pathlib import Path
 
-from dmtcp_py.frozen import mutable_record
+from dmtcp_py.frozen import field, mutable_record
 from dmtcp_py.images.manifest import Manifest
 
 

@@ -6,7 +6,6 @@ CriuError with CRIU's own last error line and the log file to read.
 """
 from __future__ import annotations
 
-import logging
 import os
 import struct
 import subprocess
@@ -15,8 +14,6 @@ from pathlib import Path
 from types import ModuleType
 
 from dmtcp_py.paths import criu_binary, unprivileged
-
-log = logging.getLogger("agent.criu")
 
 
 class CriuError(Exception):

@@ -93,9 +93,8 @@ import socket
 import struct
 import termios
 from collections.abc import Awaitable, Callable
-from dataclasses import field
 
-from dmtcp_py.frozen import mutable_record
+from dmtcp_py.frozen import field, mutable_record
 from dmtcp_py.sockio import peek_queue, recv_exactly_async, wait_readable, wait_writable
 
 __all__ = ["MESSAGE", "STREAM", "DrainError", "Drained", "drain", "refill"]

@@ -17,13 +17,12 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from dataclasses import field
 from functools import lru_cache
 from typing import Iterable, Iterator
 
 from dmtcp_py import procfs
 from dmtcp_py.agent import sockdiag
-from dmtcp_py.frozen import mutable_record
+from dmtcp_py.frozen import field, mutable_record
 from dmtcp_py.images.socket_table import Address, Option, SocketInfo, is_namespace_local
 
 # options that describe how the program set its socket up (restored on a

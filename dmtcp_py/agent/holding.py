@@ -23,10 +23,9 @@ import asyncio
 import contextlib
 import os
 import socket
-from dataclasses import field
 
 from dmtcp_py.agent import drain
-from dmtcp_py.frozen import mutable_record
+from dmtcp_py.frozen import field, mutable_record
 from dmtcp_py.images.socket_table import Connection, SocketInfo
 
 # What the program may send toward a moving peer before it waits, as a

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import field
 from pathlib import Path
 
-from dmtcp_py.frozen import mutable_record
+from dmtcp_py.frozen import field, mutable_record
 from dmtcp_py.protocol.messages import Load
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

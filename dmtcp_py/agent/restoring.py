@@ -13,7 +13,6 @@ import os
 import re
 import signal
 import sys
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from dmtcp_py import procfs
@@ -23,6 +22,10 @@ from dmtcp_py.images import (chunks, compress, integrity, shared_files, temp_fil
                              written_files)
 from dmtcp_py.images.manifest import Manifest
 from dmtcp_py.paths import run_dir, unprivileged
+
+TYPE_CHECKING = False  # (what begin() runs loads no typing: cli/restarting.py)
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 # CRIU's words when a pid it must give is in use
 _CRIU_PID_TAKEN = re.compile(r"Can't fork for (\d+): File exists")
@@ -128,6 +131,7 @@ class Restore:
         stay stopped in their shims until the round releases them, which
         waits for this; a lazy restart lets the program run on while they
         are checked."""
+        from concurrent.futures import ThreadPoolExecutor  # (once CRIU began)
         algorithm, digests = integrity.expected(self.m)
         checker = ThreadPoolExecutor(1, thread_name_prefix="pages")
         # The hashing releases the GIL, but takes it back at every step

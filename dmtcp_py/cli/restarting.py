@@ -18,7 +18,7 @@ from dmtcp_py.agent.restoring import Restore
 from dmtcp_py.cli import fastargs
 from dmtcp_py.cli.coordinators import Starting, exit_code
 from dmtcp_py.errors import UserError, say
-from dmtcp_py.images import integrity, manifest, shared_files, store
+from dmtcp_py.images import integrity, manifest, shared_files
 from dmtcp_py.tokens import resolve_token
 
 
@@ -186,6 +186,7 @@ def _agent(cfg: AgentConfig, begun: Restore | None = None) -> int:
 
 
 def _of_generation(image: Path, generation: int) -> Path:
+    from dmtcp_py.images import store  # (with shutil: only for --generation)
     found = store.find_generation(image, generation)
     if found is None:
         raise UserError(f"no generation {generation} of {image} (neither it nor "

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from dataclasses import field
 
 from dmtcp_py.coordinator import migration, rebalance, recovery, replication
 from dmtcp_py.coordinator.interval import AutoInterval
 from dmtcp_py.coordinator.nameservice import NameService
 from dmtcp_py.coordinator.recovery import Failure, Phase, Recovery, RecoveryPolicy
 from dmtcp_py.coordinator.traffic import TrafficMatrix
-from dmtcp_py.frozen import mutable_record, record
+from dmtcp_py.frozen import field, mutable_record, record
 from dmtcp_py.protocol.messages import (
     Barrier,
     CancelMove,

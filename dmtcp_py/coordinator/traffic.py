@@ -25,9 +25,8 @@ Here, without I/O and with time as a parameter:
 from __future__ import annotations
 
 import math
-from dataclasses import field
 
-from dmtcp_py.frozen import mutable_record, record
+from dmtcp_py.frozen import field, mutable_record, record
 from dmtcp_py.images.socket_table import is_namespace_local
 
 HALF_LIVES = (10.0, 60.0, 600.0)  # seconds: short, middle, long

@@ -24,15 +24,15 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 from dmtcp_py.agent import criu_driver
 from dmtcp_py.errors import ImageError
-from dmtcp_py.frozen import mutable_record, record
+from dmtcp_py.frozen import field, mutable_record, record
 from dmtcp_py.images import (chunks, compress, integrity, shared_files, store, temp_files,
-                             written_files)
+                             tree_view, written_files)
 from dmtcp_py.images import follow as follow_pages
 from dmtcp_py.images.manifest import Manifest, load
 
@@ -61,7 +61,7 @@ class TreeFacts:
 @record
 class SavedFiles:
     """What save_files read of the tree and kept, for the manifest."""
-    view: shared_files.TreeView
+    view: tree_view.TreeView
     shared: list[dict]     # see images.shared_files
     temp: dict             # see images.temp_files
     written: list[dict]    # see images.written_files
@@ -124,8 +124,8 @@ class Checkpoint:
         it: the mapped files are as the dumped memory sees them."""
         partial = self.partial
         # /proc once: each process's maps and fds, for all that follows
-        view = shared_files.TreeView.read(facts.pids)
-        shared = shared_files.save(shared_files.mapped_files(view), partial)
+        view = tree_view.TreeView.read(facts.pids)
+        shared = shared_files.save(tree_view.mapped_files(view), partial)
         handed_over = {d["path"] for d in facts.stdio.values()}
         kept = handed_over | {s["path"] for s in shared}
         self.saved = SavedFiles(view, shared, temp_files.save(view, partial, kept),
@@ -142,7 +142,7 @@ class Checkpoint:
         remaps = []
         link_remaps = files_img.link_remaps()
         if link_remaps:
-            aliases = shared_files.deleted_aliases(saved.view)
+            aliases = tree_view.deleted_aliases(saved.view)
             remaps = [{"remap": remap, "live": aliases[orig]}
                       for remap, orig in link_remaps if orig in aliases]
         table = sockets(partial)  # writes the drained bytes: before the sizes are taken

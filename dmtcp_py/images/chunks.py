@@ -57,26 +57,30 @@ images (images.page_chain).  Only a pagemap that does not fit its chunks
 has its pages file put together again (a copy of the chunks, in the
 kernel, in /dev/shm when memory has room twice over).  The view is removed
 by a thread of its own once CRIU restored.
+
+A restart loads this module before CRIU starts (cli/restarting.py): shutil
+and concurrent.futures are loaded by the functions that use them.
 """
 from __future__ import annotations
 
 import errno
-import logging
 import os
-import shutil
 import threading
 from collections.abc import Iterator
-from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import field
 from pathlib import Path
 
+from dmtcp_py import deferred_log
 from dmtcp_py.errors import ImageError
-from dmtcp_py.frozen import mutable_record
+from dmtcp_py.frozen import field, mutable_record
 from dmtcp_py.images import compress
 from dmtcp_py.images.manifest import Manifest
 
-log = logging.getLogger("images.chunks")
+TYPE_CHECKING = False  # (not typing's: ~4 ms of import before a restart's CRIU)
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
+log = deferred_log.logger("images.chunks")
 
 CHUNK = 1 << 20
 PAGE = 4096
@@ -315,6 +319,7 @@ def store(partial: Path, generation: int, previous: Path | None,
                          else p.with_name(f".dumped-{p.name}"))
             os.rename(p, moved[-1])
         pages_files = moved
+    from concurrent.futures import ThreadPoolExecutor
     out = Stored()
     workers = os.cpu_count() or 2
     with ThreadPoolExecutor(max_workers=workers) as pool, \
@@ -476,6 +481,7 @@ def _place(src: Path, dst: Path) -> None:
     try:
         os.link(src, dst)
     except OSError:  # another file system
+        import shutil
         shutil.copyfile(src, dst)
 
 
@@ -514,6 +520,9 @@ def readable(directory: Path, m: Manifest, lazy: bool = False) -> Iterator[Path]
     if all(w == p for p, w in whole.items()) and set(m.data) == set(m.pages):
         yield directory  # a full generation: a plain CRIU image
         return
+    import shutil
+    from concurrent.futures import ThreadPoolExecutor
+
     from dmtcp_py.images import page_chain  # (~1 ms: not before a plain image's restore)
     pieces = {p: chunks for p, chunks in _pieces(m).items() if whole[p] is None}
     view = directory.parent / f".{directory.name}.restore-{os.getpid()}"
@@ -547,6 +556,7 @@ def _fill(directory: Path, m: Manifest, whole: dict[str, str | None], view: Path
           skip: set[str]) -> None:
     """A new view with the generation's files but its data files and skip,
     and the pages files that are a data file as it is."""
+    import shutil
     shutil.rmtree(view, ignore_errors=True)
     view.mkdir(mode=0o700)
     for entry in directory.iterdir():

@@ -18,9 +18,7 @@ copy made a restart about three times slower here.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -90,6 +88,9 @@ def readable(directory: Path) -> Iterator[Path]:
     if not packed:
         yield directory
         return
+    # (loaded here, not before every restart's CRIU: cli/restarting.py)
+    import shutil
+    from concurrent.futures import ThreadPoolExecutor
     view = _view_parent(directory, packed) / f".{directory.name}.restore-{os.getpid()}"
     shutil.rmtree(view, ignore_errors=True)
     view.mkdir(mode=0o700)

@@ -30,7 +30,6 @@ import mmap
 import os
 import stat
 import threading
-from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 
 import xxhash
@@ -39,6 +38,10 @@ from dmtcp_py.errors import ImageError
 from dmtcp_py.frozen import record
 from dmtcp_py.images import chunks
 from dmtcp_py.images.manifest import MANIFEST, Manifest
+
+TYPE_CHECKING = False  # (not typing's: ~4 ms of import before a restart's CRIU)
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
 
 ALGORITHM = "xxh3"  # XXH3-128, of the images sealed now
 ALGORITHMS = ("xxh3", "blake3", "sha256")  # manifest field names, newest first
@@ -183,6 +186,7 @@ def _digest(path: Path, algorithm: str, expect: str = "", wide: bool = True) -> 
             if size != sum(lengths):
                 return "incomplete"
             kind = expect.kind
+            from concurrent.futures import ThreadPoolExecutor
             with ThreadPoolExecutor(max_workers=_workers()) as pool:
                 return chunks.list_digest([d for d, in chunks.hash_chunks(
                     fd, lengths, pool, _workers(), (kind,))], kind)
@@ -198,7 +202,13 @@ def _workers() -> int:
 
 def _parallel(files: list[tuple[Path, str, str]], wide: bool = True) -> list[str]:
     """The digests of (path, algorithm, expected digest)s, on every core
-    (wide: a big file too, else one core a file)."""
+    (wide: a big file too, else one core a file).  Small files all
+    together (an image's but its memory pages, checked before the restore
+    begins) are hashed here: a pool, and concurrent.futures loaded for it,
+    cost more than it saved, before CRIU started."""
+    if sum(os.stat(path).st_size for path, _, _ in files) < chunks.PARALLEL_FROM:
+        return [_digest(*f, wide=wide) for f in files]
+    from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(max_workers=_workers()) as pool:
         return list(pool.map(lambda f: _digest(*f, wide=wide), files))
 
@@ -301,6 +311,7 @@ def _seal(directory: Path, done_already: frozenset[str], each: bool, durable: bo
     # the work left: what the follower did not hash yet
     left = sum(sizes[e.name] - (followed[e.name].hashed if e.name in followed else 0)
                for e in entries)
+    from concurrent.futures import ThreadPoolExecutor
     if left < SEAL_INLINE:
         done = [_seal_one(e.path, None, durable, followed.pop(e.name, None), algorithm)
                 for e in entries]

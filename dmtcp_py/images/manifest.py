@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, field
 from pathlib import Path
 
 from dmtcp_py.errors import ImageError
-from dmtcp_py.frozen import mutable_record
+from dmtcp_py.frozen import field, mutable_record
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -70,6 +69,7 @@ class Manifest:
         return sum(self.files.values())
 
     def write(self, directory: Path) -> None:
+        from dataclasses import asdict  # (a checkpoint's: a restart reads manifests only)
         _write(directory, asdict(self))
 
 

@@ -14,19 +14,23 @@ there is left alone (images.written_files cuts it back if it grew).
 """
 from __future__ import annotations
 
-import logging
 import os
 import stat
 from pathlib import Path
 
+from dmtcp_py import deferred_log
 from dmtcp_py.images import scratch, shared_files
 
-log = logging.getLogger("images.temp")
+TYPE_CHECKING = False  # (not typing's: ~4 ms of import before a restart's CRIU)
+if TYPE_CHECKING:
+    from dmtcp_py.images.tree_view import TreeView
+
+log = deferred_log.logger("images.temp")
 
 MAX_FILE = 256 << 20  # larger scratch files are not copied (the log says so)
 
 
-def _tree_fds(view: shared_files.TreeView):
+def _tree_fds(view: TreeView):
     """(path, st) of every fd of the tree that /proc could tell both of."""
     for f in view.fds:
         if f.target is not None and f.st is not None:
@@ -59,7 +63,7 @@ def _dir_chain(path: str) -> list[str]:
     return chain[::-1]
 
 
-def save(view: shared_files.TreeView, image_dir: Path, skip: set[str]) -> dict:
+def save(view: TreeView, image_dir: Path, skip: set[str]) -> dict:
     """Copy the tree's open scratch files (view: its fds, read once per
     checkpoint) into image_dir (temp-<n>.data); return the manifest's
     entry: {"dirs": [...], "files": [...]}."""

@@ -8,13 +8,16 @@ The tree's stdio handed over at restart is not touched.
 """
 from __future__ import annotations
 
-import logging
 import os
 import stat
 
-from dmtcp_py.images.shared_files import OpenFd, TreeView
+from dmtcp_py import deferred_log
 
-log = logging.getLogger("images.written")
+TYPE_CHECKING = False  # (not typing's: ~4 ms of import before a restart's CRIU)
+if TYPE_CHECKING:
+    from dmtcp_py.images.tree_view import OpenFd, TreeView
+
+log = deferred_log.logger("images.written")
 
 
 def collect(view: TreeView, skip: set[str]) -> list[dict]:

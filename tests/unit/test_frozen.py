@@ -3,10 +3,15 @@ frozen.mutable_record as @dataclass."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import pkgutil
+import subprocess
+import sys
+from typing import ClassVar
 
 import pytest
 
-from dmtcp_py.frozen import mutable_record, record
+from dmtcp_py.frozen import field, mutable_record, record
 
 
 @record
@@ -109,3 +114,101 @@ def test_a_mutable_record_is_a_plain_dataclass():
     with pytest.raises(TypeError):
         Counter("a", [], 0, 1)
     assert dataclasses.replace(c, total=5) == Counter("a", [1], 5)
+
+
+# ---- records made without the dataclasses module ------------------------------
+
+LIGHT = """
+import sys
+from dmtcp_py.frozen import field, mutable_record, record
+
+@record
+class Point:
+    x: int
+    y: int = 0
+    tags: tuple = field(default_factory=tuple)
+
+@mutable_record
+class Bag:
+    name: str
+    items: list = field(default_factory=list)
+
+p, b = Point(1, tags=(2,)), Bag("b")
+b.items.append(1)
+match p:
+    case Point(x, y):
+        matched = (x, y)
+assert (p == Point(1, 0, (2,)), hash(p) == hash(Point(1, 0, (2,))), matched) == (True, True, (1, 0))
+assert repr(b) == "Bag(name='b', items=[1])" and Bag("c").items == []
+print(" ".join(sorted(sys.modules)))
+"""
+
+
+def test_records_are_made_and_used_without_loading_dataclasses():
+    loaded = subprocess.run([sys.executable, "-c", LIGHT], capture_output=True, text=True,
+                            check=True).stdout.split()
+    assert "dmtcp_py.frozen" in loaded
+    assert not {"dataclasses", "inspect", "typing"} & set(loaded)
+
+
+@record
+class Light:
+    """Defaults given with frozen.field."""
+    x: int
+    y: int = 3
+    seen: tuple = field(default_factory=tuple)
+    LIMIT: ClassVar[int] = 9
+
+
+@dataclasses.dataclass(frozen=True)
+class LightTwin:
+    """The same, as a dataclass."""
+    x: int
+    y: int = 3
+    seen: tuple = dataclasses.field(default_factory=tuple)
+    LIMIT: ClassVar[int] = 9
+
+
+def test_a_record_is_a_dataclass_once_asked():
+    assert "seen" not in vars(Light)  # (as dataclass leaves a factory's field)
+    assert [(f.name, f.default, f.default_factory) for f in dataclasses.fields(Light)] == \
+        [(f.name, f.default, f.default_factory) for f in dataclasses.fields(LightTwin)]
+    r = Light(1, seen=(4,))
+    assert dataclasses.asdict(r) == {"x": 1, "y": 3, "seen": (4,)}
+    assert dataclasses.replace(r, y=5) == Light(1, 5, (4,))
+    assert "seen" not in vars(Light) and Light.LIMIT == 9
+    assert Light.__match_args__ == LightTwin.__match_args__ == ("x", "y", "seen")
+
+
+def test_what_a_dataclass_refuses_a_record_refuses_at_once():
+    with pytest.raises(ValueError):
+        @record
+        class Shared:
+            items: list = []  # one list for every instance
+    with pytest.raises(TypeError):
+        @record
+        class Order:
+            x: int = 0
+            y: int
+    with pytest.raises(ValueError):
+        field(default=1, default_factory=int)
+
+
+def _records() -> list[type]:
+    """Every record class of the package."""
+    import dmtcp_py
+    found = {}
+    for info in pkgutil.walk_packages(dmtcp_py.__path__, "dmtcp_py."):
+        module = importlib.import_module(info.name)
+        for value in vars(module).values():
+            if isinstance(value, type) and "_record_fields" in vars(value):
+                found[f"{value.__module__}.{value.__qualname__}"] = value
+    return list(found.values())
+
+
+def test_every_record_has_the_fields_dataclass_finds():
+    records = _records()
+    assert len(records) > 90
+    for cls in records:  # (making it a dataclass compares the two, else TypeError)
+        names = [f.name for f in dataclasses.fields(cls)]
+        assert names == [name for name, _, _ in cls._record_fields], cls

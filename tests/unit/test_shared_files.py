@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from dmtcp_py.images import shared_files as sf
+from dmtcp_py.images import tree_view as tv
 from tests.conftest import ready_python
 
 MAPS = """\
@@ -42,7 +43,7 @@ VmFlags: rd mr mw me
 
 
 def test_maps_give_shared_file_mappings_with_write_from_permissions():
-    found = sf.parse_maps(MAPS)
+    found = tv.parse_maps(MAPS)
     assert [(m.path, m.ino, m.may_write) for m in found] == [
         ("/usr/lib/gconv/gconv-modules.cache", 338846, False),
         ("/dev/shm/seg", 77, True),
@@ -54,14 +55,14 @@ def test_maps_give_shared_file_mappings_with_write_from_permissions():
 
 
 def test_smaps_vmflags_mw_decide_may_write():
-    found = sf.parse_maps(SMAPS)
+    found = tv.parse_maps(SMAPS)
     # r--s without mw: opened read-only; r--s with mw: opened for writing
     assert [(m.path, m.may_write) for m in found] == [
         ("/usr/lib/gconv/gconv-modules.cache", False), ("/data/with space.db", True)]
 
 
 def test_garbage_lines_are_skipped():
-    assert sf.parse_maps("nonsense\n\nVmFlags: mw\n7f-7f r--s 0 zz:yy 5 /x\n") == []
+    assert tv.parse_maps("nonsense\n\nVmFlags: mw\n7f-7f r--s 0 zz:yy 5 /x\n") == []
 
 
 def _entry(path, size=100, mtime_ns=1_700_000_000_000_000_000, **more):
@@ -248,7 +249,7 @@ def mapper(tmp_path):
 
 
 def test_mapped_files_tell_what_the_tree_could_write(tmp_path, mapper):
-    found = {Path(f.path).name: f.writable for f in sf.mapped_files(sf.TreeView.read([mapper]))
+    found = {Path(f.path).name: f.writable for f in tv.mapped_files(tv.TreeView.read([mapper]))
              if Path(f.path).parent == tmp_path}
     assert found == {"ro": False, "rw_fd": True, "rw": True, "by_fd": True}
 
@@ -259,10 +260,10 @@ def test_save_copies_only_what_may_be_written(tmp_path, monkeypatch):
         (tmp_path / name).write_bytes(name.encode())
     image = tmp_path / "image"
     image.mkdir()
-    entries = sf.save([sf.MappedFile(str(tmp_path / "ro"), False),
-                       sf.MappedFile(str(tmp_path / "rw"), True),
+    entries = sf.save([tv.MappedFile(str(tmp_path / "ro"), False),
+                       tv.MappedFile(str(tmp_path / "rw"), True),
                        str(tmp_path / "plain"),        # a plain path: as before, kept
-                       sf.MappedFile(str(tmp_path / "gone"), False)], image)
+                       tv.MappedFile(str(tmp_path / "gone"), False)], image)
     by_name = {Path(e["path"]).name: e for e in entries}
     assert set(by_name) == {"ro", "rw", "plain"}
     assert "data" not in by_name["ro"] and by_name["ro"]["size"] == 2
@@ -275,7 +276,7 @@ def test_save_keeps_a_read_only_scratch_file_to_make_if_missing(tmp_path, monkey
     (tmp_path / "seg").write_bytes(b"scratch")
     image = tmp_path / "image"
     image.mkdir()
-    [entry] = sf.save([sf.MappedFile(str(tmp_path / "seg"), False)], image)
+    [entry] = sf.save([tv.MappedFile(str(tmp_path / "seg"), False)], image)
     assert entry["only_if_missing"] is True and (image / entry["data"]).read_bytes() == b"scratch"
 
 

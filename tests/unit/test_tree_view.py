@@ -1,4 +1,4 @@
-"""shared_files.TreeView: what a checkpoint asks of the tree's processes,
+"""tree_view.TreeView: what a checkpoint asks of the tree's processes,
 read from /proc once (issue 20), and the modules that take it instead of
 walking /proc each: shared_files (mapped_files, deleted_aliases),
 temp_files.save, written_files.collect."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dmtcp_py.images import shared_files as sf
+from dmtcp_py.images import tree_view as tv
 from dmtcp_py.images import temp_files, written_files
 from tests.conftest import ready_python
 from tests.unit.test_shared_files import SMAPS  # one sample of smaps for both
@@ -18,10 +18,10 @@ from tests.unit.test_shared_files import SMAPS  # one sample of smaps for both
 
 
 def fd(path: Path | str, flags: int | None = os.O_WRONLY, *, n: str = "3",
-       target: str | None = None, pid: int = 1) -> sf.OpenFd:
+       target: str | None = None, pid: int = 1) -> tv.OpenFd:
     """An fd as TreeView.read would see it, of a file that exists."""
     st = os.stat(path) if os.path.exists(path) else None
-    return sf.OpenFd(pid, n, str(path) if target is None else target, st, flags)
+    return tv.OpenFd(pid, n, str(path) if target is None else target, st, flags)
 
 
 # ---- consumers on a view made by hand ---------------------------------------------
@@ -31,7 +31,7 @@ def test_written_files_from_a_view(tmp_path):
     log.write_bytes(b"12345")
     data.write_bytes(b"")
     ro.write_bytes(b"r")
-    view = sf.TreeView([], [
+    view = tv.TreeView([], [
         fd(log, os.O_WRONLY | os.O_APPEND),
         fd(data, os.O_RDWR, n="4"),
         fd(data, os.O_RDWR, n="5", pid=2),          # one entry per path
@@ -39,8 +39,8 @@ def test_written_files_from_a_view(tmp_path):
         fd(tmp_path, os.O_RDONLY | os.O_DIRECTORY, n="7"),
         fd(log, None, n="8"),                       # no fdinfo: as before, left out
         fd(log, os.O_WRONLY, n="9", target=f"{log} (deleted)"),
-        sf.OpenFd(1, "10", "socket:[5]", None, None),
-        sf.OpenFd(1, "11", None, None, None),       # gone meanwhile
+        tv.OpenFd(1, "10", "socket:[5]", None, None),
+        tv.OpenFd(1, "11", None, None, None),       # gone meanwhile
     ])
     assert written_files.collect(view, set()) == [
         {"path": str(data), "size": 0, "inode": os.stat(data).st_ino},
@@ -57,11 +57,11 @@ def test_temp_files_from_a_view(tmp_path, monkeypatch):
     os.mkfifo(session / "fifo")
     image = tmp_path / "image"
     image.mkdir()
-    view = sf.TreeView([], [
+    view = tv.TreeView([], [
         fd(session / "topo", os.O_RDONLY),
         fd(session / "kept", os.O_RDWR, n="4"),
         fd(session / "fifo", os.O_RDONLY, n="5"),
-        sf.OpenFd(1, "6", None, None, None),
+        tv.OpenFd(1, "6", None, None, None),
     ])
     saved = temp_files.save(view, image, {str(session / "kept")})
     assert [d["path"] for d in saved["dirs"]] == [str(tmp_path / "ompi"), str(session)]
@@ -78,47 +78,47 @@ def test_mapped_files_and_aliases_from_a_view(tmp_path):
     sem = os.stat(tmp_path / "sem.x")
     seg = os.stat(tmp_path / "seg")
     gone = str(tmp_path / "sem.tmp")
-    view = sf.TreeView([
-        sf.Mapping(str(tmp_path / "seg"), seg.st_dev, seg.st_ino, False),
-        sf.Mapping(f"{gone} (deleted)", sem.st_dev, sem.st_ino, False),
-        sf.Mapping(str(tmp_path / "ro"), seg.st_dev, 1, False),
-        sf.Mapping(f"{tmp_path}/lost (deleted)", seg.st_dev, 123456789, True),
+    view = tv.TreeView([
+        tv.Mapping(str(tmp_path / "seg"), seg.st_dev, seg.st_ino, False),
+        tv.Mapping(f"{gone} (deleted)", sem.st_dev, sem.st_ino, False),
+        tv.Mapping(str(tmp_path / "ro"), seg.st_dev, 1, False),
+        tv.Mapping(f"{tmp_path}/lost (deleted)", seg.st_dev, 123456789, True),
     ], [fd(tmp_path / "seg", os.O_RDWR)])
-    assert sf.mapped_files(view) == [sf.MappedFile(str(tmp_path / "ro"), False),
-                                     sf.MappedFile(str(tmp_path / "seg"), True),
-                                     sf.MappedFile(str(tmp_path / "sem.x"), False)]
-    assert sf.deleted_aliases(view) == {gone: str(tmp_path / "sem.x")}
+    assert tv.mapped_files(view) == [tv.MappedFile(str(tmp_path / "ro"), False),
+                                     tv.MappedFile(str(tmp_path / "seg"), True),
+                                     tv.MappedFile(str(tmp_path / "sem.x"), False)]
+    assert tv.deleted_aliases(view) == {gone: str(tmp_path / "sem.x")}
 
 
 def test_a_live_name_is_looked_for_once(tmp_path, monkeypatch):
     (tmp_path / "sem.x").write_bytes(b"m")
     st = os.stat(tmp_path / "sem.x")
-    view = sf.TreeView([sf.Mapping(f"{tmp_path}/t (deleted)", st.st_dev, st.st_ino, True)] * 3,
+    view = tv.TreeView([tv.Mapping(f"{tmp_path}/t (deleted)", st.st_dev, st.st_ino, True)] * 3,
                        [])
     calls = []
-    real = sf._live_name
-    monkeypatch.setattr(sf, "_live_name", lambda *a: calls.append(a) or real(*a))
-    sf.mapped_files(view)
-    sf.deleted_aliases(view)
+    real = tv._live_name
+    monkeypatch.setattr(tv, "_live_name", lambda *a: calls.append(a) or real(*a))
+    tv.mapped_files(view)
+    tv.deleted_aliases(view)
     assert len(calls) == 1
 
 
 # ---- smaps ----------------------------------------------------------------------------
 
 def test_smaps_headers_keep_what_parse_maps_reads():
-    assert sf.parse_maps(sf._smaps_headers(SMAPS)) == sf.parse_maps(SMAPS)
+    assert tv.parse_maps(tv._smaps_headers(SMAPS)) == tv.parse_maps(SMAPS)
     with open("/proc/self/smaps") as f:
         mine = f.read()
-    assert sf.parse_maps(sf._smaps_headers(mine)) == sf.parse_maps(mine)
-    assert len(sf._smaps_headers(mine)) < len(mine) / 3
+    assert tv.parse_maps(tv._smaps_headers(mine)) == tv.parse_maps(mine)
+    assert len(tv._smaps_headers(mine)) < len(mine) / 3
     no_flags = "7f-80 r--s 0 fe:00 5 /x\nSize: 4 kB\n"
-    assert sf._smaps_headers(no_flags) == no_flags
-    assert sf._smaps_headers("") == ""
+    assert tv._smaps_headers(no_flags) == no_flags
+    assert tv._smaps_headers("") == ""
 
 
 def test_a_field_after_vmflags_is_not_taken_for_a_mapping():
     text = SMAPS.replace("VmFlags: rd mr me ms\n", "VmFlags: rd mr me ms\nNewField: 1\n")
-    assert sf.parse_maps(sf._smaps_headers(text)) == sf.parse_maps(SMAPS)
+    assert tv.parse_maps(tv._smaps_headers(text)) == tv.parse_maps(SMAPS)
 
 
 # ---- a live process: /proc read once --------------------------------------------------
@@ -159,7 +159,7 @@ def child(tmp_path):
 
 
 def test_a_view_of_a_live_process(tmp_path, child, monkeypatch):
-    view = sf.TreeView.read([child, 999_999_999])  # a pid that is gone: nothing of it
+    view = tv.TreeView.read([child, 999_999_999])  # a pid that is gone: nothing of it
     assert {f.pid for f in view.fds} == {child}
     by_target = {f.target: f for f in view.fds}
     log = by_target[str(tmp_path / "log")].flags
@@ -172,16 +172,16 @@ def test_a_view_of_a_live_process(tmp_path, child, monkeypatch):
     # what follows reads nothing more of /proc/PID
     def no_proc(*args, **kw):
         raise AssertionError(f"/proc read again: {args}")
-    monkeypatch.setattr(sf.procfs, "read", no_proc)
-    monkeypatch.setattr(sf, "_fdinfo_flags", no_proc)
-    monkeypatch.setattr(sf.procfs, "fds", no_proc)
+    monkeypatch.setattr(tv.procfs, "read", no_proc)
+    monkeypatch.setattr(tv, "_fdinfo_flags", no_proc)
+    monkeypatch.setattr(tv.procfs, "fds", no_proc)
     monkeypatch.setattr(os, "readlink", no_proc)
     monkeypatch.setattr(temp_files.scratch, "ROOTS", (str(tmp_path),))
 
-    mine = {Path(f.path).name: f.writable for f in sf.mapped_files(view)
+    mine = {Path(f.path).name: f.writable for f in tv.mapped_files(view)
             if Path(f.path).parent == tmp_path}
     assert mine == {"ro": False, "rw": True, "sem.real": True}
-    assert sf.deleted_aliases(view) == {str(tmp_path / "tmpname"): str(tmp_path / "sem.real")}
+    assert tv.deleted_aliases(view) == {str(tmp_path / "tmpname"): str(tmp_path / "sem.real")}
     written = written_files.collect(view, set())
     assert {"path": str(tmp_path / "log"), "size": 10,
             "inode": os.stat(tmp_path / "log").st_ino} in written
