@@ -463,11 +463,17 @@ class AgentMachine:
             self.running = True
             self.resuming = False
             actions += self._publish_deferred()
-        return actions + [Send(messages.Reached(
+        actions.append(Send(messages.Reached(
             state=step.target, ok=result.error is None, error=result.error,
             image=result.image if step.work is Work.DUMP else None,
             external=result.external, failed_conns=result.failed_conns, held=result.held,
-            sockets=not self.socketless if step.work is Work.SUSPEND else True))]
+            sockets=not self.socketless if step.work is Work.SUSPEND else True)))
+        if step.work is Work.RESUME and step.resume_arg & records.RESUME_RESTORED:
+            # the restored processes are new to the coordinator: listed at
+            # once (`dmtcp-command -s` said NUM_PEERS=0 for ~65 ms after the
+            # release, until the report's burst delay was over)
+            actions.append(ReportPeers())
+        return actions
 
     def _commit(self, msg: messages.Commit) -> list:
         """Every tree dumped (publish our images) or one failed (drop them),

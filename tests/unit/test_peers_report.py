@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import time
 
+import psutil
+
+from dmtcp_py import procfs
 from dmtcp_py.agent import peers
 from dmtcp_py.protocol import messages
 
@@ -55,3 +60,23 @@ def test_a_report_asked_for_is_sent_even_during_a_round():
         assert tree.looked == 1 and len(tree.sent) == 1
 
     asyncio.run(scenario())
+
+
+def test_a_process_is_named_and_ranked_as_psutil_tells_it(tmp_path):
+    program = tmp_path / "a_rather_long_program_name"  # (the kernel keeps 15 bytes of it)
+    program.symlink_to("/bin/sleep")
+    child = subprocess.Popen([str(program), "30"], env={"PMIX_RANK": "3"})
+    try:
+        def execd() -> bool:
+            return (procfs.read(f"/proc/{child.pid}/comm") or "").startswith("a_rather")
+        deadline = time.monotonic() + 10
+        while not execd() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        info = peers.describe(child.pid)
+        assert info.name == psutil.Process(child.pid).name() == program.name
+        assert info.rank == 3
+        assert peers.describe(os.getpid()).rank is None
+    finally:
+        child.kill()
+        child.wait()
+    assert peers.describe(child.pid) == messages.ProcInfo(pid=child.pid)  # gone
