@@ -10,7 +10,6 @@ colour.
 from __future__ import annotations
 
 import math
-import shutil
 import subprocess
 
 from dmtcp_py.errors import UserError
@@ -87,6 +86,7 @@ def dot(graph: dict) -> str:
 
 def png(graph: dict, path: str) -> None:
     """Draw the graph into a PNG file with Graphviz."""
+    import shutil  # (here: the coordinator a restart starts loads this module)
     exe = shutil.which("dot")
     if exe is None:
         raise UserError("--png needs Graphviz's dot (apt install graphviz); --dot prints "

@@ -40,14 +40,14 @@ log = logging.getLogger("agent")
 REJOIN_EVERY = 1.0     # seconds between attempts to reach a coordinator that went away
 # What only checkpoints need (pycriu and its protobuf modules: ~40 ms;
 # psutil, which looks at the tree's processes: ~10 ms; hashlib, for the
-# drain's cookies: ~4 ms) is imported this long after the start: off the
-# start-up's path and a restart's (a program that ends sooner never pays
-# it), and off the first checkpoint's, where it would stop the program
-# that much longer.
+# drain's cookies: ~4 ms; images.checkpoint: ~4 ms) is imported this long
+# after the start: off the start-up's path and a restart's (a program that
+# ends sooner never pays it), and off the first checkpoint's, where it
+# would stop the program that much longer.
 WARM_UP_AFTER = 0.25
 BEATS_PER_PERIOD = 4   # the machine's tick, this many times per heartbeat
 UNJOINED_END_TIMEOUT = 5.0  # seconds a killed tree that was never registered may take to end
-CHECKPOINT_MODULES = ("pycriu", "psutil", "hashlib")
+CHECKPOINT_MODULES = ("pycriu", "psutil", "hashlib", "dmtcp_py.images.checkpoint")
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 HANDLED_SIGNALS = (signal.SIGCHLD, *FORWARDED_SIGNALS, signal.SIGINT, signal.SIGQUIT)
 

@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from dmtcp_py import fault_injection, logs, procfs
 from dmtcp_py.agent import criu_driver, fdtable, init_dir, records, stdio, sysv, wake
@@ -24,11 +24,13 @@ from dmtcp_py.agent.network import Network
 from dmtcp_py.agent.shimlink import ShimLink
 from dmtcp_py.agent.tree import Tree
 from dmtcp_py.errors import say
-from dmtcp_py.images import checkpoint
 from dmtcp_py.listing import signal_name
 from dmtcp_py.paths import hostname, run_dir
 from dmtcp_py.protocol import messages
 from dmtcp_py.protocol.states import State
+
+if TYPE_CHECKING:
+    from dmtcp_py.images import checkpoint
 
 log = logging.getLogger("agent")
 
@@ -41,6 +43,14 @@ EXEC_GRACE = 0.5
 # is woken by the next (its parent is stopped by then)
 SUSPEND_PASSES = 5
 PROGRESS_EVERY = 0.25  # seconds between progress reports while CRIU writes
+
+
+def _checkpoint():
+    """images.checkpoint, loaded at the first dump or the agent's warm-up
+    (runner.CHECKPOINT_MODULES): with what it loads (~4 ms) it stood
+    between a restart's CRIU and the release of the restored tree."""
+    from dmtcp_py.images import checkpoint
+    return checkpoint
 
 
 class TreeWork:
@@ -175,7 +185,7 @@ class TreeWork:
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         moving = step.move is messages.Move.GO
-        ckpt = checkpoint.Checkpoint.begin(
+        ckpt = _checkpoint().Checkpoint.begin(
             migration_dir(cfg.ckptdir, cfg.tree_id, step.generation) if moving else cfg.ckptdir,
             cfg.program, cfg.tree_id, step.generation)
         # a process must not reconnect mid-dump: CRIU would meet a socket
@@ -233,7 +243,7 @@ class TreeWork:
         duration = time.monotonic() - started
         log.info("generation %d: dumped %d bytes in %.3f s", step.generation,
                  m.total_bytes, duration)
-        log.debug("dump steps (ms): %s", checkpoint.step_times(started, ckpt.steps))
+        log.debug("dump steps (ms): %s", _checkpoint().step_times(started, ckpt.steps))
         self._send(messages.Progress(generation=step.generation, written=m.total_bytes,
                                      expected=m.total_bytes))
         image = messages.ImageInfo(path=str(ckpt.final), host=hostname(), tree_id=cfg.tree_id,
@@ -307,7 +317,7 @@ class TreeWork:
     def _facts(self, step: Step, pids: list[int], shim_pids: list[int]) -> checkpoint.TreeFacts:
         cfg, m = self.cfg, self.cfg.manifest
         io = stdio.describe(self.relays)
-        return checkpoint.TreeFacts(
+        return _checkpoint().TreeFacts(
             comp_id=step.comp_id, tree_id=cfg.tree_id, program=cfg.program,
             argv=list(cfg.argv or (m.argv if m else [])), host=hostname(),
             agent_socket=self.shims.base, num_trees=step.num_trees, root_pid=self.tree.root_pid,
@@ -392,12 +402,12 @@ class TreeWork:
         more (the tree runs on elsewhere, or did not move)."""
         ckpt, self._moved = self._moved, None
         if ckpt is not None:
-            checkpoint.delete([ckpt.final.parent])
+            _checkpoint().delete([ckpt.final.parent])
 
     @staticmethod
     def drop_image(image: Path) -> None:
         """A migration image restored here (its directory of its own)."""
-        checkpoint.delete([image.parent])
+        _checkpoint().delete([image.parent])
 
     async def publish(self, ckpt: checkpoint.Checkpoint) -> str | None:
         """Make the images durable and give them their name while the
@@ -413,13 +423,13 @@ class TreeWork:
             log.error("generation %d not published: %s", ckpt.generation, exc)
             return f"publishing {ckpt.final}: {exc}"
         log.info("generation %d published as %s", ckpt.generation, ckpt.final)
-        log.debug("publish steps (ms): %s", checkpoint.step_times(
+        log.debug("publish steps (ms): %s", _checkpoint().step_times(
             ckpt.steps.get("manifest", 0.0), {k: v for k, v in ckpt.steps.items()
                                               if k in ("chunks", "seal", "publish")}))
         if ckpt.stored is not None:
             log.info("generation %d memory: %d bytes written, %d shared with the previous "
                      "generation", ckpt.generation, ckpt.stored.written, ckpt.stored.shared)
-        loop.run_in_executor(None, checkpoint.delete, expired)
+        loop.run_in_executor(None, _checkpoint().delete, expired)
         return None
 
     async def discard(self, ckpt: checkpoint.Checkpoint) -> None:

@@ -47,7 +47,8 @@ def test_restart_and_coordinator_entry_points_load_little(module, heavy):
 # What a restart and the coordinator it starts load before the program runs
 # again: neither OpenSSL (asyncio's TLS, hmac's and hashlib's hashes) nor what
 # only a checkpoint needs (the agent loads that once it runs).
-NOT_BEFORE_RUNNING = ("ssl", "_ssl", "_hashlib", "psutil", "pycriu", "statistics", "platform")
+NOT_BEFORE_RUNNING = ("ssl", "_ssl", "_hashlib", "psutil", "pycriu", "statistics", "platform",
+                      "dmtcp_py.images.checkpoint", "shutil")
 
 
 @pytest.mark.parametrize("modules", [
