@@ -22,6 +22,9 @@ on these two cores, so that CPU time was the restart's.  Incremental
 generations keep BLAKE3 (images.chunks: there a matching digest means
 that bytes are reused, not only checked).  Images of earlier versions
 carry BLAKE3 or sha256 digests, and are checked with those.
+
+A restart loads this module before CRIU starts (cli/restarting.py):
+concurrent.futures is loaded by the functions that use it.
 """
 from __future__ import annotations
 
