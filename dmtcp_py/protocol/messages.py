@@ -1,5 +1,6 @@
-"""Messages between coordinator, agents and command clients: one frozen
-dataclass per kind, checked when it is built.
+"""Messages between coordinator, agents and command clients: one record
+(frozen.py: a frozen dataclass made without the dataclasses module) per
+kind, checked when it is built.
 
 On the wire every message is a JSON object with "v" (the protocol version)
 and "type".  `encode` and `decode` are the only places that know that form:
@@ -14,16 +15,14 @@ more); a wrong type or range of a named field is refused.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import enum
 import math
 import sys
 import types
 import typing
-from dataclasses import field
 from typing import Any, ClassVar
 
-from dmtcp_py.frozen import record
+from dmtcp_py.frozen import MISSING, field, fields, is_record, record
 from dmtcp_py.protocol import codec
 from dmtcp_py.protocol.states import State
 
@@ -59,14 +58,14 @@ class Move(enum.Enum):
     STAY = "stay"
 
 
-def _at_least(low: float, default: Any = dataclasses.MISSING):
+def _at_least(low: float, default: Any = MISSING):
     """A field whose value must be >= low."""
     return field(default=default, metadata={"min": low})
 
 
 # ---- field checking ---------------------------------------------------------
 # Each field's annotation says what it holds: int, float, str, bool, an enum,
-# a nested record (a dataclass below), tuple[X, ...], dict[str, X], X | None,
+# a nested record (one below), tuple[X, ...], dict[str, X], X | None,
 # or Json (any JSON object, for what is only passed through).
 
 Json = dict  # a JSON object whose content this module does not look into
@@ -136,7 +135,7 @@ class _Checked:
 
     def __post_init__(self) -> None:
         where = getattr(self, "TYPE", type(self).__name__)
-        for f, kind in zip(dataclasses.fields(self), _field_kinds(type(self))):
+        for f, kind in zip(fields(self), _field_kinds(type(self))):
             value = getattr(self, f.name)
             _check(kind, value, f"{where}.{f.name}")
             low = f.metadata.get("min")
@@ -146,7 +145,7 @@ class _Checked:
 
 def _field_kinds(cls: type) -> list[Any]:
     hints = _hints(cls)
-    return [hints[f.name] for f in dataclasses.fields(cls)]
+    return [hints[f.name] for f in fields(cls)]
 
 
 # ---- records carried inside messages -----------------------------------------
@@ -566,7 +565,7 @@ class Reply(Message):
 def to_wire(message: Message) -> dict:
     """The JSON object of a message, with the version and its type."""
     out: dict[str, Any] = {"v": PROTOCOL_VERSION, "type": message.TYPE}
-    for f in dataclasses.fields(message):
+    for f in fields(message):
         value = getattr(message, f.name)
         if isinstance(message, Reply) and f.name == "body":
             out.update(value)
@@ -578,8 +577,8 @@ def to_wire(message: Message) -> dict:
 def _plain(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.value
-    if dataclasses.is_dataclass(value):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)
+    if is_record(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)
                 if getattr(value, f.name) is not None}
     if isinstance(value, (tuple, list)):
         return [_plain(v) for v in value]
@@ -610,10 +609,10 @@ def decode(raw: dict) -> Message:
 
 def _fields_from(cls: type, raw: dict, where: str) -> dict:
     kwargs: dict[str, Any] = {}
-    for f, kind in zip(dataclasses.fields(cls), _field_kinds(cls)):
+    for f, kind in zip(fields(cls), _field_kinds(cls)):
         if f.name in raw:
             kwargs[f.name] = _typed(kind, raw[f.name], f"{where}.{f.name}")
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+        elif f.default is MISSING and f.default_factory is MISSING:
             raise MessageError(f"{where}: field {f.name!r} missing")
     return kwargs
 
@@ -639,7 +638,7 @@ def _typed(kind: Any, value: Any, where: str) -> Any:
             return kind(value)
         except ValueError:
             raise MessageError(f"{where}: unknown value {value!r}") from None
-    if dataclasses.is_dataclass(kind) and isinstance(value, dict):
+    if is_record(kind) and isinstance(value, dict):
         try:
             return kind(**_fields_from(kind, value, where))
         except TypeError as exc:

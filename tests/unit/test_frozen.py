@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import pytest
 
-from dmtcp_py.frozen import field, mutable_record, record
+from dmtcp_py.frozen import MISSING, field, fields, is_record, mutable_record, record
 
 
 @record
@@ -120,7 +120,7 @@ def test_a_mutable_record_is_a_plain_dataclass():
 
 LIGHT = """
 import sys
-from dmtcp_py.frozen import field, mutable_record, record
+from dmtcp_py.frozen import MISSING, field, fields, is_record, mutable_record, record
 
 @record
 class Point:
@@ -211,4 +211,20 @@ def test_every_record_has_the_fields_dataclass_finds():
     assert len(records) > 90
     for cls in records:  # (making it a dataclass compares the two, else TypeError)
         names = [f.name for f in dataclasses.fields(cls)]
-        assert names == [name for name, _, _ in cls._record_fields], cls
+        assert names == [f.name for f in fields(cls)], cls
+
+
+def test_fields_and_their_metadata_without_dataclasses():
+    @record
+    class Ranged:
+        n: int = field(default=0, metadata={"min": 0})
+        tags: tuple = field(default_factory=tuple)
+
+    n, tags = fields(Ranged)
+    assert (n.name, n.default, n.default_factory, n.metadata) == ("n", 0, MISSING, {"min": 0})
+    assert (tags.name, tags.default, tags.default_factory) == ("tags", MISSING, tuple)
+    assert fields(Ranged(1)) is fields(Ranged)
+    assert is_record(Ranged(1)) and is_record(Ranged) and not is_record(3)
+    with pytest.raises(TypeError):
+        fields(3)
+    assert dataclasses.fields(Ranged)[0].metadata == {"min": 0}  # (the dataclass view keeps it)
