@@ -45,7 +45,10 @@ def run_dir_name() -> str:
         pass
     except FileNotFoundError:
         os.makedirs(path, 0o700, exist_ok=True)
-    os.chmod(path, 0o700)
+    # (a chmod that changes nothing still writes the inode's ctime: every
+    # process asks this several times, a many-tree restart's agents at once)
+    if os.stat(path).st_mode & 0o7777 != 0o700:
+        os.chmod(path, 0o700)
     return path
 
 

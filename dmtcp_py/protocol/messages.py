@@ -148,6 +148,16 @@ def _field_kinds(cls: type) -> list[Any]:
     return [hints[f.name] for f in fields(cls)]
 
 
+def look_up_field_types() -> None:
+    """Every record's field types, looked up now (typing.get_type_hints:
+    ~5 ms for all of them here, at each kind's first use otherwise):
+    processes forked after this (the agents of a many-tree restart) share
+    them instead of each looking up its own."""
+    for value in list(globals().values()):
+        if isinstance(value, type) and issubclass(value, _Checked) and is_record(value):
+            _hints(value)
+
+
 # ---- records carried inside messages -----------------------------------------
 
 @record

@@ -5,6 +5,8 @@ import dataclasses
 import enum
 import json
 import math
+import subprocess
+import sys
 import types
 import typing
 
@@ -424,3 +426,15 @@ def test_reader_refuses_bad_frames_and_bad_messages():
         messages.Reader().feed(b"\x00\x00\x00\x02[]")
     with pytest.raises(MessageError):
         messages.Reader().feed(codec.encode({"v": 1, "type": "hello", "role": "x", "token": "t"}))
+
+
+def test_field_types_are_looked_up_before_a_fork_for_every_kind():
+    """look_up_field_types (before a many-tree restart forks its agents)
+    leaves no kind, nor a record inside one, for a child to look up again."""
+    code = ("from dmtcp_py.protocol import messages as m\n"
+            "m.look_up_field_types()\n"
+            "kinds = {*m._KINDS.values(), m.ProcInfo, m.Endpoint, m.ConnMatch}\n"
+            "print(len(kinds - set(m._HINTS)), len(m._HINTS))")
+    missing, looked_up = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                                        text=True, check=True).stdout.split()
+    assert missing == "0" and int(looked_up) > 30
