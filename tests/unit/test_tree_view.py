@@ -128,7 +128,7 @@ CHILD = textwrap.dedent("""
     d = sys.argv[1]
     def path(name):
         return os.path.join(d, name)
-    for name in ("ro", "rw", "tmpname"):
+    for name in ("ro", "rw", "rw_read", "tmpname"):
         with open(path(name), "wb") as f:
             f.write(b"z" * 4096)
     def mapped(name, flags, prot):
@@ -138,6 +138,8 @@ CHILD = textwrap.dedent("""
         return m
     keep = [mapped("ro", os.O_RDONLY, mmap.PROT_READ),
             mapped("rw", os.O_RDWR, mmap.PROT_READ | mmap.PROT_WRITE),
+            # read-only now, but mprotect may make it writable: the tree's to write
+            mapped("rw_read", os.O_RDWR, mmap.PROT_READ),
             mapped("tmpname", os.O_RDWR, mmap.PROT_READ | mmap.PROT_WRITE)]
     os.link(path("tmpname"), path("sem.real"))  # as glibc's sem_open does
     os.unlink(path("tmpname"))
@@ -158,8 +160,16 @@ def child(tmp_path):
         yield pid
 
 
-def test_a_view_of_a_live_process(tmp_path, child, monkeypatch):
+@pytest.mark.parametrize("told_by", ["map_files", "smaps"])
+def test_a_view_of_a_live_process(tmp_path, child, monkeypatch, told_by):
+    read = []
+    real_read = tv.procfs.read
+    monkeypatch.setattr(tv.procfs, "read", lambda path: read.append(path) or real_read(path))
+    if told_by == "smaps":  # (map_files refused: not root, no CAP_CHECKPOINT_RESTORE)
+        monkeypatch.setattr(tv, "_opened_for_writing", lambda pid, where: None)
     view = tv.TreeView.read([child, 999_999_999])  # a pid that is gone: nothing of it
+    assert (f"/proc/{child}/smaps" in read) == (told_by == "smaps")
+    monkeypatch.undo()
     assert {f.pid for f in view.fds} == {child}
     by_target = {f.target: f for f in view.fds}
     log = by_target[str(tmp_path / "log")].flags
@@ -180,7 +190,7 @@ def test_a_view_of_a_live_process(tmp_path, child, monkeypatch):
 
     mine = {Path(f.path).name: f.writable for f in tv.mapped_files(view)
             if Path(f.path).parent == tmp_path}
-    assert mine == {"ro": False, "rw": True, "sem.real": True}
+    assert mine == {"ro": False, "rw": True, "rw_read": True, "sem.real": True}
     assert tv.deleted_aliases(view) == {str(tmp_path / "tmpname"): str(tmp_path / "sem.real")}
     written = written_files.collect(view, set())
     assert {"path": str(tmp_path / "log"), "size": 10,
