@@ -28,6 +28,18 @@ def wait_for(predicate, timeout: float = TIMEOUT, what: str = "condition"):
         time.sleep(0.02)
 
 
+def wait_until_running(restarted: subprocess.Popen, port: int) -> None:
+    """Until the coordinator on port says its computation runs, or the
+    restart (or launch) restarted ended first (the caller says why)."""
+    def running() -> bool:
+        res = subprocess.run([tool("dmtcp-command"), "-p", str(port), "-s", "--json"],
+                             capture_output=True, text=True, timeout=TIMEOUT)
+        return res.returncode == 0 and json.loads(res.stdout)["running"]
+
+    wait_for(lambda: restarted.poll() is not None or running(),
+             what="the restarted program to run")
+
+
 def ticks(path: Path) -> list[list[str]]:
     """The complete 'tick N ...' lines of an output file, split."""
     try:

@@ -3,7 +3,6 @@ where it was.  Real CRIU, real processes; the programs check themselves."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import subprocess
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.e2e.harness import TIMEOUT, last_tick, ticks, wait_for
+from tests.e2e.harness import TIMEOUT, last_tick, ticks, wait_for, wait_until_running
 from tests.e2e.test_bad_input import free_port
 
 TICKS, INTERVAL_MS = 400, 10  # 4 s: room for a slow checkpoint on a busy machine
@@ -230,13 +229,7 @@ def test_a_coordinator_the_restart_starts_keeps_none_of_its_files(comp, programs
             return next((c.pid for c in psutil.net_connections("tcp4")
                          if c.laddr.port == port and c.status == psutil.CONN_LISTEN), None)
 
-        def running() -> bool:
-            res = subprocess.run([comp_tool("dmtcp-command"), "-p", str(port), "-s", "--json"],
-                                 capture_output=True, text=True, timeout=TIMEOUT)
-            return res.returncode == 0 and json.loads(res.stdout)["running"]
-
-        wait_for(lambda: restarted.poll() is not None or running(),
-                 what="the restarted program to run")
+        wait_until_running(restarted, port)
         assert restarted.poll() is None
         pid = coordinator()
         held = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")

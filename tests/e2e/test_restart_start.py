@@ -3,11 +3,10 @@
 starts load while CRIU restores, and the restarted program still runs."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 
-from tests.e2e.harness import TIMEOUT, tool, wait_for
+from tests.e2e.harness import TIMEOUT, tool, wait_until_running
 from tests.e2e.test_bad_input import free_port
 from tests.unit.test_light_imports import RESTART_BEFORE_CRIU
 
@@ -42,13 +41,7 @@ def test_criu_restores_before_the_heavy_modules_load(comp, programs, tmp_path):
          str(noted), "--new-coordinator", "-p", str(port), str(comp.images()[0])],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        def running() -> bool:
-            res = subprocess.run([tool("dmtcp-command"), "-p", str(port), "-s", "--json"],
-                                 capture_output=True, text=True, timeout=TIMEOUT)
-            return res.returncode == 0 and json.loads(res.stdout)["running"]
-
-        wait_for(lambda: restarted.poll() is not None or running(),
-                 what="the restarted program to run")
+        wait_until_running(restarted, port)
         assert restarted.poll() is None, restarted.stderr.read()
     finally:
         subprocess.run([tool("dmtcp-command"), "-p", str(port), "-q"], capture_output=True,
