@@ -5,8 +5,10 @@ reaches <STATE> (its work for that barrier done, before it reports it) waits
 that many seconds, so that a test can look at the tree there (is it really
 stopped? are its sockets parked?) or kill something there (a peer, the
 coordinator) and see what the others do.  The agent calls hold() where a
-state's work ends: today at SUSPENDED, at DRAINED, and at RESTARTING (a
-restarting agent whose tree CRIU restored, before it reports CHECKPOINTED).
+state's work ends: today at SUSPENDED, at DRAINED, at RESTARTING (a
+restarting agent whose tree CRIU restored, before it reports CHECKPOINTED),
+and at RUNNING (a launched agent whose program runs, before it joins the
+coordinator).
 
 These are read only from the agent's own environment (the one dmtcp-launch
 or dmtcp_restart was started with: each becomes an agent); nothing else

@@ -25,6 +25,14 @@ def resolve_token(port: int) -> str:
         return ""
 
 
+def write_token_file(port: int, token: str) -> None:
+    """The coordinator's token where resolve_token() looks (0600): written by
+    the coordinator, and before it by a launch that starts one (cli/coordinators.py)."""
+    fd = os.open(token_path(port), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+
+
 def same_token(shown: str, ours: str) -> bool:
     """Whether a client showed our token, in constant time (what it shows
     is compared without telling how much of it matched)."""

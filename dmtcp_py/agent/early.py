@@ -64,6 +64,15 @@ class Started:
         self.init_dir = init_dir  # the init's working directory (init_dir.py), or None
         self.listener = listener  # for the shims, listening (shimlink.py takes it)
         self.sigmask = sigmask    # this process's signal mask before HELD_SIGNALS
+        # the connection whose hello announced the tree to the coordinator,
+        # open until the agent has joined (coordinator/launching.py)
+        self.announcement: _socket.socket | None = None
+
+    def announced(self) -> None:
+        """The agent joined (or never will): the announcement ends."""
+        if self.announcement is not None:
+            self.announcement.close()
+            self.announcement = None
 
     def release_signals(self) -> None:
         """The agent's handlers are in place: what was held is delivered."""

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from dmtcp_py import fault_injection
 from dmtcp_py.agent import machine as am
 from dmtcp_py.agent import early, hostload, init_dir, start, tcpstats, tree_work
 from dmtcp_py.agent.config import AgentConfig
@@ -34,6 +35,7 @@ from dmtcp_py.images import store
 from dmtcp_py.paths import hostname
 from dmtcp_py.protocol import messages
 from dmtcp_py.protocol.messages import ImageInfo
+from dmtcp_py.protocol.states import State
 
 log = logging.getLogger("agent")
 
@@ -141,10 +143,13 @@ class Agent:
         if self.started is not None:
             self._take_over(self.started)
             try:
+                await fault_injection.hold(State.RUNNING)  # (the program runs, not joined)
                 await self._join()
             except UserError:
                 await self._end_unjoined()
                 raise
+            finally:  # (after the join: the coordinator has the tree by then)
+                self.started.announced()
         else:
             try:
                 await self._join()

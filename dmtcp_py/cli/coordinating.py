@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import socket
 import sys
 import threading
 import time
@@ -13,10 +14,17 @@ from pathlib import Path
 from dmtcp_py import logs
 from dmtcp_py.cli.fastargs import AUTO, CoordinatorArgs
 from dmtcp_py.coordinator import console, rebalance as rebalancing, recovery
+from dmtcp_py.coordinator.launching import LAUNCHING_ENV, OWN_COORDINATOR
 from dmtcp_py.coordinator.machine import CoordinatorMachine
 from dmtcp_py.coordinator.server import CoordinatorServer
 from dmtcp_py.errors import UserError, say
 from dmtcp_py.paths import token_file
+from dmtcp_py.tokens import write_token_file
+
+# the fd of a socket listening already, which the coordinator serves on
+# (cli/coordinators.py Starting: a launch binds the port before its program
+# starts, so that the program never runs while its coordinator's port is closed)
+LISTEN_FD_ENV = "DMTCP_COORD_LISTEN_FD"
 
 
 def defaults() -> dict:
@@ -56,8 +64,13 @@ def serve(a: CoordinatorArgs) -> int:
                                  keep=a.keep,
                                  policy=policy,
                                  rebalance_after=a.rebalance_after if a.rebalance else 0.0)
+    launching = os.environ.pop(LAUNCHING_ENV, "")  # a launch started us for its tree
+    if launching:
+        machine.launch_announced(OWN_COORDINATOR, launching, time.monotonic())
+    listen_fd = os.environ.pop(LISTEN_FD_ENV, "")
+    listener = socket.socket(fileno=int(listen_fd)) if listen_fd else None
     server = CoordinatorServer(machine, token, host=listen_host, port=coord_port,
-                               ckptdir=ckpt, quiet=quiet or daemon)
+                               ckptdir=ckpt, quiet=quiet or daemon, listener=listener)
     return asyncio.run(_main(server, port_file, ready_fd, console_on=not daemon))
 
 
@@ -104,9 +117,7 @@ async def _main(server: CoordinatorServer, port_file, ready_fd, console_on: bool
         raise UserError(msg) from None
     logs.setup(f"coordinator-{port}")
     tf = token_file(port)
-    fd = os.open(tf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(server.token + "\n")
+    write_token_file(port, server.token)
     if port_file:
         tmp = Path(str(port_file) + ".tmp")
         tmp.write_text(f"{port}\n")

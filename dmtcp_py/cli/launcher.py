@@ -65,24 +65,29 @@ def launch(a: fastargs.LaunchArgs) -> int:
         raise UserError(f"cannot checkpoint: {why}")
     # a coordinator started here gets the token the program is told
     token = resolve_token(a.port) or os.urandom(16).hex()
+    tree_id = os.urandom(6).hex()
     found = find_or_start(a.host, a.port, join=a.join, new=a.new_coordinator,
-                          interval=a.interval, token=token, keep=a.keep)
+                          interval=a.interval, token=token, keep=a.keep, launching=tree_id)
     offered, starting = None, None
     if isinstance(found, Starting):
-        if found.port:  # started beside the program and the agent's load (below)
-            port, starting = found.port, found
-        else:  # any port: the program is told which
-            found.begin()
-            port = found.wait()
+        # its port listens before the program starts; it is started beside
+        # the program and the agent's load (below)
+        port, starting = found.bind(), found
     else:  # a client's hello: is it one, does it take our token?
+        # It also announces the tree: until its agent has joined, a
+        # checkpoint waits for it (coordinator/launching.py); the connection
+        # stays open until then, and its end (this process's) ends that.
         port = a.port
-        with found:
-            offered = found.hello(token).get("ckptdir")
+        try:
+            offered = found.hello(token, launching=tree_id).get("ckptdir")
+        except BaseException:
+            found.close()
+            raise
     # the images go where asked, else where the coordinator keeps its own,
     # else here; the program's environment says where
     chosen = a.ckptdir or os.environ.get("DMTCP_CHECKPOINT_DIR") or offered or os.getcwd()
     plan = early.Plan(coord_host=a.host, coord_port=port, token=token,
-                      ckptdir=os.path.realpath(chosen), tree_id=os.urandom(6).hex(),
+                      ckptdir=os.path.realpath(chosen), tree_id=tree_id,
                       program=a.program, argv=argv, path=path, compress=a.gzip,
                       own_coordinator=isinstance(found, Starting), keep=a.keep,
                       incremental=a.incremental)
@@ -93,6 +98,8 @@ def launch(a: fastargs.LaunchArgs) -> int:
     except OSError as exc:
         raise CannotExecute(f"cannot run {tree_init()}: {exc.strerror or exc} "
                             "(run `make setup`)") from None
+    if not isinstance(found, Starting):
+        started.announcement = found.sock  # closed once the agent joined (or as we exit)
     if starting is not None:
         # Forked now, before the agent's loading thread exists: it imports
         # its modules on the other core while the agent loads its own, rather

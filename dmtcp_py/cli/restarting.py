@@ -50,6 +50,7 @@ def restart(a: fastargs.RestartArgs, starting: Starting | None) -> int:
         port = coord_port
         begun = None
         if starting is not None:
+            starting.bind()  # (a port it cannot have fails the restart before CRIU runs)
             if len(loaded) == 1 and not loaded[0][1].sockets:
                 # a fresh coordinator refuses no tree: nothing is put back
                 # for a restart it then turns down

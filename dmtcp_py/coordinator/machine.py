@@ -11,6 +11,7 @@ import enum
 
 from dmtcp_py.coordinator import migration, rebalance, recovery, replication
 from dmtcp_py.coordinator.interval import AutoInterval
+from dmtcp_py.coordinator.launching import JOIN_WAIT, CheckpointAsk, Launches
 from dmtcp_py.coordinator.nameservice import NameService
 from dmtcp_py.coordinator.recovery import Failure, Phase, Recovery, RecoveryPolicy
 from dmtcp_py.coordinator.traffic import TrafficMatrix
@@ -289,6 +290,10 @@ class CoordinatorMachine:
         self.last_rebalance: dict | None = None
         self._rebalance_serial = 0  # the migration a rebalance started
         self._clock = now           # the latest tick's time (for the status)
+        # trees dmtcp-launch started whose agents have not joined yet, and the
+        # checkpoints asked for meanwhile, which wait for them (launching.py)
+        self.launches = Launches()
+        self._waiting: list[CheckpointAsk] = []
 
     # ---- agents ----------------------------------------------------------
 
@@ -318,6 +323,31 @@ class CoordinatorMachine:
             replicas=pol.replicas, keep=self.keep)))
         verb = "restarting" if hello.restart else "rejoined" if hello.rejoin else "joined"
         actions.append(Notice(f"{verb}: {agent.label()}"))
+        if self.launches.joined(hello.tree_id):
+            actions += self._launches_settled(now)
+        return actions
+
+    # ---- trees being launched (launching.py) -------------------------------
+
+    def launch_announced(self, key: int, tree_id: str, now: float) -> list:
+        """dmtcp-launch is about to start tree_id (key: its connection)."""
+        self.launches.announced(key, tree_id, now)
+        return []
+
+    def launch_gone(self, key: int, now: float) -> list:
+        """The connection that announced a tree closed (the launch ended)."""
+        return self._launches_settled(now) if self.launches.gone(key) else []
+
+    def _launches_settled(self, now: float) -> list:
+        """The checkpoints that waited, asked again once no tree is being
+        launched: the first starts the round, the others wait for it."""
+        if self.launches or not self._waiting:
+            return []
+        asks, self._waiting = self._waiting, []
+        actions: list = []
+        for ask in asks:
+            actions += self.request_checkpoint(ask.client_id, now, blocking=ask.blocking,
+                                               stop=ask.stop, progress=ask.progress)
         return actions
 
     def _admit_rejoin(self, hello: Hello) -> str | None:
@@ -579,6 +609,12 @@ class CoordinatorMachine:
                     self.round.watchers.append(client_id)
                 return []
             return self._reply(client_id, True, note="a checkpoint is already in progress")
+        if self.launches:  # a tree is starting: the checkpoint waits for its agent
+            self._waiting.append(CheckpointAsk(client_id, blocking, stop, progress))
+            if len(self._waiting) > 1:
+                return []
+            return [Notice(f"checkpoint waits for {len(self.launches)} tree(s) being launched "
+                           f"to join (at most {JOIN_WAIT:g} s)")]
         if not self.agents:
             return self._reply(client_id, False, error="no processes to checkpoint")
         stop = stop or self.exit_after_ckpt
@@ -934,6 +970,11 @@ class CoordinatorMachine:
         silent agents, a recovery's deadline, interval checkpoints."""
         self._clock = now
         actions = self._heartbeats(now)
+        late = self.launches.expire(now)
+        if late:
+            actions.append(Notice(f"launched tree(s) {', '.join(late)} did not join within "
+                                  f"{JOIN_WAIT:g} s; checkpoints no longer wait for them"))
+            actions += self._launches_settled(now)
         actions += self._recovery_step(now)
         rec = self.recovery
         if rec is not None and rec.phase is Phase.RESTARTING \

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from pathlib import Path
 
@@ -30,7 +31,9 @@ TICKS_PER_BEAT = 4    # and at least this often per heartbeat
 
 class CoordinatorServer:
     def __init__(self, machine: CoordinatorMachine, token: str, *, host: str, port: int,
-                 ckptdir: Path | None, quiet: bool = False) -> None:
+                 ckptdir: Path | None, quiet: bool = False,
+                 listener: socket.socket | None = None) -> None:
+        """listener: a socket bound and listening already (the port is then its)."""
         self.machine = machine
         self.token = token
         self.host = host
@@ -42,10 +45,14 @@ class CoordinatorServer:
         self._ids = 0
         self._server: asyncio.base_events.Server | None = None
         self._restarts: set[asyncio.Task] = set()  # recovery commands running
+        self._listener = listener
 
     async def start(self) -> int:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self.connection, self.host, self.port)
+        if self._listener is not None:
+            self._server = await loop.create_server(self.connection, sock=self._listener)
+        else:
+            self._server = await loop.create_server(self.connection, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
@@ -103,11 +110,16 @@ class CoordinatorServer:
             conn.write(messages.encode(Welcome(comp_id=self.machine.comp_id,
                                                agent_id=conn.conn_id,
                                                ckptdir=self.machine.ckptdir)))
+            if hello.launching:  # ... and says which tree (launching.py)
+                self.apply(self.machine.launch_announced(conn.conn_id, hello.launching,
+                                                         time.monotonic()))
 
     def lost(self, conn: _Connection) -> None:
         self._conns.pop(conn.conn_id, None)
         if conn.role is Role.AGENT:
             self.apply(self.machine.agent_left(conn.conn_id, time.monotonic()))
+        elif conn.role is Role.CLIENT:
+            self.apply(self.machine.launch_gone(conn.conn_id, time.monotonic()))
 
     def _command(self, client_id: int, msg: Command) -> None:
         now = time.monotonic()

@@ -97,12 +97,17 @@ class Coordinator:
         self.sock = _connect(host, port)
         self._buf = b""
 
-    def hello(self, token: str) -> dict:
+    def hello(self, token: str, launching: str = "") -> dict:
         """Hello as a client; the welcome (comp_id, and the coordinator's
         ckptdir if it has one), or UserError (a refusal) or
-        CoordinatorUnreachable."""
+        CoordinatorUnreachable.  launching: the tree dmtcp-launch is about
+        to start, which checkpoints wait for while this connection lasts
+        (coordinator/launching.py)."""
         self.sock.settimeout(HELLO_TIMEOUT)
-        answer = self.request({"type": "hello", "role": "client", "token": token})
+        fields: dict[str, str | bool] = {"type": "hello", "role": "client", "token": token}
+        if launching:
+            fields["launching"] = launching
+        answer = self.request(fields)
         if answer["type"] == "refused":
             error = _field(answer, "error", (str,), "")
             self.close()

@@ -274,6 +274,9 @@ class Hello(Message):
     generation: int = _at_least(0, 0)  # ... and its generation
     num_trees: int = _at_least(1, 1)  # restart: trees of that generation
     image: ImageInfo | None = None    # restart: the image it restores
+    # a client (dmtcp-launch): the tree it is about to start, whose agent
+    # checkpoints wait for while this connection lasts (coordinator/launching.py)
+    launching: str = ""
 
 
 # coordinator -> peer, the answer to hello

@@ -39,6 +39,62 @@ def test_a_checkpoint_the_program_asks_for_at_once_is_taken(comp, programs, tmp_
     assert comp.status()["generation"] == 1
 
 
+# the agent waits this long before it joins (fault_injection: at RUNNING)
+JOINS_LATE = {"DMTCP_TEST_HOLD_RUNNING": "1.5"}
+
+
+def test_a_checkpoint_asked_for_before_the_agent_joined_waits_for_the_tree(comp):
+    """The launch announced its tree in its hello (coordinator/launching.py):
+    a checkpoint asked for while the program runs but its agent has not
+    joined yet takes the tree in, rather than finding no process."""
+    proc = _launch(comp, "sh", "-c", "echo up; exec sleep 60", stdout=subprocess.PIPE,
+                   env=JOINS_LATE)
+    try:
+        assert proc.stdout.readline() == b"up\n"
+        assert comp.status()["num_peers"] == 0  # not joined yet
+        out = comp.checkpoint()
+        assert "1 trees" in out, out
+        assert len(comp.images()) == 1
+    finally:
+        comp.kill_and_wait(proc)
+        proc.stdout.close()
+
+
+def test_a_launch_killed_before_its_agent_joined_holds_no_checkpoint(comp, programs):
+    """The announcement ends with the launch's connection: the checkpoint
+    waiting for it goes on at once, with the trees there are (not after
+    launching.JOIN_WAIT)."""
+    first, _ = comp.launch(*programs["counter_single"])
+    late = _launch(comp, "sh", "-c", "echo up; exec sleep 60", stdout=subprocess.PIPE,
+                   env={"DMTCP_TEST_HOLD_RUNNING": "60"})
+    try:
+        assert late.stdout.readline() == b"up\n"
+        waiting = subprocess.Popen([tool("dmtcp-command"), "-p", str(comp.port), "-bc"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: _notice_seen(comp, "being launched"), what="the checkpoint to wait")
+        late.kill()
+        out, err = waiting.communicate(timeout=TIMEOUT)
+        assert waiting.returncode == 0, err
+        assert "1 trees" in out, out
+        assert not _notice_seen(comp, "did not join within")
+    finally:
+        late.kill()
+        late.wait()
+        late.stdout.close()
+        comp.kill_and_wait(first)
+
+
+def _notice_seen(comp, text: str) -> bool:
+    """The coordinator's log (in $DMTCP_TMPDIR, as the tests run) says text."""
+    from dmtcp_py.paths import run_dir_name
+    log = os.path.join(run_dir_name(), f"coordinator-{comp.port}.log")
+    try:
+        with open(log) as f:
+            return text in f.read()
+    except OSError:
+        return False
+
+
 @pytest.mark.parametrize("namespace", ["1", "0"])
 def test_a_signal_sent_while_the_agent_loads_reaches_the_program(comp, namespace):
     proc = _launch(comp, "sh", "-c", "echo up; exec sleep 60", stdout=subprocess.PIPE,
@@ -113,6 +169,30 @@ def test_a_program_that_ends_at_once_under_its_own_coordinator_gives_its_status(
         assert res.stderr == b""
         wait_for(lambda: not listening(port), what="the coordinator to exit")
     finally:
+        _end_listener(port)
+
+
+def test_the_coordinator_a_launch_starts_listens_before_the_program_runs(tmp_path, no_strays):
+    """Its port is bound, and its token file written, before the program
+    starts (cli/coordinators.py Starting.bind): a command given as soon as
+    the program runs reaches it, and a checkpoint waits for the tree."""
+    port = free_port()
+    proc = subprocess.Popen([tool("dmtcp-launch"), "-p", str(port), "--ckptdir", str(tmp_path),
+                             "sh", "-c", "echo up; exec sleep 60"], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, env={**os.environ, **JOINS_LATE})
+    try:
+        assert proc.stdout.readline() == b"up\n"
+        res = subprocess.run([tool("dmtcp-command"), "-p", str(port), "-bc"],
+                             capture_output=True, text=True, timeout=TIMEOUT)
+        assert res.returncode == 0 and "1 trees" in res.stdout, res.stderr
+        subprocess.run([tool("dmtcp-command"), "-p", str(port), "-k"], capture_output=True,
+                       timeout=TIMEOUT, check=True)
+        assert proc.wait(timeout=TIMEOUT) != 0
+        wait_for(lambda: not listening(port), what="the coordinator to exit")
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
         _end_listener(port)
 
 

@@ -97,6 +97,16 @@ def test_hello_then_status_against_a_server():
     assert server.got == [Hello(role=Role.CLIENT, token="secret"), Command(cmd=Cmd.STATUS)]
 
 
+def test_a_launch_names_the_tree_it_starts_in_its_hello():
+    server = _Server(messages.encode(Welcome(comp_id="abc", agent_id=1)))
+    try:
+        with handshake.Coordinator("127.0.0.1", server.port) as coordinator:
+            coordinator.hello("secret", launching="0123456789ab")
+    finally:
+        server.close()
+    assert server.got == [Hello(role=Role.CLIENT, token="secret", launching="0123456789ab")]
+
+
 def test_a_refusal_says_where_the_token_came_from(monkeypatch):
     monkeypatch.setenv("DMTCP_COORD_TOKEN", "wrong")
     server = _Server(messages.encode(Refused(error=Refused.WRONG_TOKEN)))

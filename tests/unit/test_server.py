@@ -195,3 +195,22 @@ def test_bad_peers_are_closed_one_connection_at_a_time():
         assert reply.ok and reply.body["checkpoint_interval"] == 0.0
         good.close()
     run(scenario)
+
+
+def test_a_launch_announced_in_a_hello_holds_checkpoints_until_its_connection_ends():
+    async def scenario(server, port):
+        launch = await Peer.open(port)
+        launch.send(Hello(role=Role.CLIENT, token=TOKEN, launching="t-new"))
+        assert isinstance(await launch.recv(), Welcome)
+        await until(lambda: len(server.machine.launches) == 1)
+        client = await Peer.open(port)
+        client.send(Hello(role=Role.CLIENT, token=TOKEN))
+        assert isinstance(await client.recv(), Welcome)
+        client.send(Command(cmd=Cmd.CHECKPOINT, blocking=True))
+        await until(lambda: server.machine._waiting)
+        launch.close()  # the launch ended before its agent joined
+        reply = await client.recv()
+        assert isinstance(reply, Reply) and reply.error == "no processes to checkpoint"
+        assert len(server.machine.launches) == 0
+        client.close()
+    run(scenario)
