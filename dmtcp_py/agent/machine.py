@@ -22,12 +22,15 @@ from dataclasses import replace
 from typing import Any
 
 from dmtcp_py.agent import records
-from dmtcp_py.frozen import mutable_record, record
+from dmtcp_py.frozen import field, mutable_record, record
 from dmtcp_py.listing import signal_name
 from dmtcp_py.protocol import messages
 from dmtcp_py.protocol.states import State, TransitionError, check_transition
 
 COMMIT_TIMEOUT = 30.0  # a stopped tree's agent waits this long for the commit
+# an agent whose tree ended waits this long for the end of a round it
+# published in (the other trees' publication), to settle what it moved aside
+ROUND_END_TIMEOUT = 60.0
 TRAFFIC_EVERY = 5.0    # seconds between samples of the tree's traffic and load (--graph, --rebalance)
 
 
@@ -118,6 +121,16 @@ class Discard:
 
 
 @record
+class SettleExpired:
+    """The round of `generation` is over, every image published (ok) or
+    not: the previous generations our publication moved aside are deleted
+    (ok), or given their names back (a failed round: they may be the last
+    good checkpoint)."""
+    generation: int
+    ok: bool
+
+
+@record
 class TellShims:
     """One record to every process of the tree."""
     record: int
@@ -136,6 +149,14 @@ class GiveBack:
 class WaitForCommit:
     """The tree ended with images waiting: wait this long for the commit
     (then commit_timed_out)."""
+    seconds: float
+
+
+@record
+class WaitForRoundEnd:
+    """The tree ended after publishing: wait at most this long while a
+    round we published in is not over (unsettled) and the coordinator is
+    linked."""
     seconds: float
 
 
@@ -284,6 +305,10 @@ class AgentMachine:
     replica_service: messages.ReplicaService | None = None
     # a migration moved the tree to this host: its copy here ended, no failure
     moved_to: str = ""
+    # generations we published whose round is not over (GenerationDone):
+    # what our publication moved aside is settled at its end (SettleExpired)
+    unsettled: set[int] = field(default_factory=set)
+    tree_ended: bool = False                 # (a barrier now is refused)
 
     def __post_init__(self) -> None:
         restarting = self.identity.restart_comp_id is not None
@@ -383,8 +408,9 @@ class AgentMachine:
         if isinstance(msg, messages.GenerationDone):
             if msg.ok:
                 self.published_generation = max(self.published_generation, msg.generation)
+            self.unsettled = {g for g in self.unsettled if g > msg.generation}
             arg = msg.generation | (0 if msg.ok else records.DONE_FAILED)
-            return [TellShims(records.DONE, arg)]
+            return [TellShims(records.DONE, arg), SettleExpired(msg.generation, msg.ok)]
         if isinstance(msg, (messages.Matched, messages.Found, messages.Relay,
                             messages.CancelMove)):
             return [ToNetwork(msg)]
@@ -410,6 +436,8 @@ class AgentMachine:
                                          ok=error is None, error=error))]
 
     def _barrier(self, msg: messages.Barrier) -> list:
+        if self.tree_ended:  # (waiting for a round's end: WaitForRoundEnd)
+            return [Send(messages.Reached(state=msg.state, ok=False, error="its tree has ended"))]
         try:
             check_transition(self.state, msg.state, self.socketless)
         except TransitionError as exc:
@@ -499,7 +527,15 @@ class AgentMachine:
 
     def published(self, generation: int, error: str | None = None) -> list:
         """Publish is over: tell the coordinator."""
+        if error is None:
+            self.unsettled.add(generation)
         return [Send(messages.Published(generation=generation, ok=error is None, error=error))]
+
+    def ending(self) -> list:
+        """The tree ended and our images are published: the end of a round
+        we published in is waited for, so that what the publication moved
+        aside is deleted (or, the round failed, kept), not left to guess."""
+        return [WaitForRoundEnd(ROUND_END_TIMEOUT)] if self.linked and self.unsettled else []
 
     # ---- the tree ----------------------------------------------------------------------
 
@@ -525,6 +561,7 @@ class AgentMachine:
         (process_killed), which tells an exit from a failure.
         Images still waiting for the commit (a tree stopped by its
         checkpoint) wait for it a while."""
+        self.tree_ended = True
         actions: list = []
         if self.linked:
             actions.append(Send(messages.TreeEnded(

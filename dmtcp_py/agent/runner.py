@@ -103,6 +103,7 @@ class Agent:
         self.busy = asyncio.Lock()  # one barrier's work at a time, in order
         self.relays: list = []
         self._verdict = asyncio.Event()  # a Publish or Discard was carried out
+        self._round_end = asyncio.Event()  # a round's end was heard (SettleExpired)
         self._tasks: set[asyncio.Task] = set()      # kept from the garbage collector
         self._finishing: set[asyncio.Task] = set()  # images being published or dropped
         self._follower: asyncio.Task | None = None
@@ -174,12 +175,17 @@ class Agent:
         self.tree.settle_status()  # (and the root's word of the program's end)
         async with self.busy:  # let a reply to the coordinator go out first
             await self._apply(self.machine.tree_exited(self.tree.exit_status))
-        self._follower.cancel()
         self.tree.reap_all()
         if self.tree.init_dir is not None:
             init_dir.release(self.tree.init_dir)
         while self._finishing:  # images are never left half published
             await asyncio.gather(*self._finishing, return_exceptions=True)
+        # (the follower hears the end of the round we published in meanwhile)
+        await self._apply(self.machine.ending())
+        self._follower.cancel()
+        while self._finishing:  # (what that round's end settled)
+            await asyncio.gather(*self._finishing, return_exceptions=True)
+        self.work.bring_back_expired()  # what no round's end settled
         for relay in self.relays:
             relay.stop()
         if self.replicas is not None:
@@ -301,6 +307,7 @@ class Agent:
             raise
         async with self.busy:  # the work under way (a dump) ends first
             await self._apply(self.machine.coordinator_lost())
+        self._round_end.set()  # (no round's end will be heard now: WaitForRoundEnd)
 
     async def _barrier_in_turn(self, msg: messages.Barrier) -> None:
         async with self.busy:
@@ -381,6 +388,19 @@ class Agent:
             case am.Discard(pending=pending):
                 self._verdict.set()
                 self._spawn(self.work.discard(pending), finishing=True)
+            case am.SettleExpired(generation, ok):
+                self._spawn(self.work.settle_expired(generation, ok), finishing=True)
+                self._round_end.set()
+            case am.WaitForRoundEnd(seconds):
+                deadline = time.monotonic() + seconds
+                while self.machine.unsettled and self.machine.linked \
+                        and time.monotonic() < deadline:
+                    self._round_end.clear()
+                    try:
+                        await asyncio.wait_for(self._round_end.wait(),
+                                               max(0.0, deadline - time.monotonic()))
+                    except asyncio.TimeoutError:
+                        break
             case am.TellShims(record, arg):
                 self._spawn(self._tell_shims(record, arg))
             case am.GiveBack(expect_pids, resume_arg):

@@ -227,13 +227,19 @@ def _clear_stale(ckptdir: Path, name: str) -> None:
     """Remove what an agent or a restart that is gone left of this image's
     checkpoints (.<image>.partial-<generation>-<pid>[.dumped]) and restarts
     (.<image>.restore-<pid>: its hard links would keep pruned generations'
-    data files on the disk)."""
-    for stale in [*ckptdir.glob(f".{name}.partial-*-*"), *ckptdir.glob(f".{name}.restore-*")]:
+    data files on the disk).  A generation it had moved aside
+    (.<image>.gen-<N>.expired-<pid>) gets its name back: whether its round
+    ended well is not known (this publication prunes it if it should go)."""
+    for stale in [*ckptdir.glob(f".{name}.partial-*-*"), *ckptdir.glob(f".{name}.restore-*"),
+                  *ckptdir.glob(f".{name}.gen-*.expired-*")]:
         try:
             pid = int(stale.name.removesuffix(".dumped").rsplit("-", 1)[1])
             os.kill(pid, 0)
         except ProcessLookupError:
-            store.discard(stale)
+            if store.retired_name(stale.name) is not None:
+                store.unretire(stale)
+            else:
+                store.discard(stale)
         except (ValueError, IndexError, PermissionError):
             pass
 
@@ -241,6 +247,12 @@ def _clear_stale(ckptdir: Path, name: str) -> None:
 def delete(paths: list[Path]) -> None:
     for path in paths:
         store.discard(path)
+
+
+def bring_back(paths: list[Path]) -> None:
+    """Expired generations (store.publish's) given their names back."""
+    for path in paths:
+        store.unretire(path)
 
 
 def step_times(start: float, marks: dict[str, float]) -> str:

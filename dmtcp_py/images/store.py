@@ -144,11 +144,35 @@ def _beyond_window(final: Path, keep: int) -> list[Path]:
 
 def _retire(entry: Path) -> Path:
     """Rename an expired generation to a hidden name, pending deletion."""
-    hidden = entry.with_name(f".{entry.name}.expired-{os.getpid()}")
+    hidden = entry.with_name(f".{entry.name}{_EXPIRED}{os.getpid()}")
     if hidden.exists():
         _remove_tree(hidden)
     os.rename(entry, hidden)
     return hidden
+
+
+_EXPIRED = ".expired-"
+
+
+def retired_name(name: str) -> str | None:
+    """The name an expired generation had (ckpt_x.dmtcp.gen-3), from its
+    hidden one (.ckpt_x.dmtcp.gen-3.expired-PID); None for another name."""
+    if not name.startswith(".") or _EXPIRED not in name:
+        return None
+    return name[1:].rsplit(_EXPIRED, 1)[0]
+
+
+def unretire(hidden: Path) -> None:
+    """An expired generation gets its name back (its round failed, or its
+    agent ended before it was over): it may be the newest complete one.
+    Where that name is taken again, it stays hidden, and is not deleted."""
+    name = retired_name(hidden.name)
+    if name is None or hidden.with_name(name).exists():
+        return
+    try:
+        os.rename(hidden, hidden.with_name(name))
+    except FileNotFoundError:
+        pass
 
 
 def discard(directory: Path) -> None:

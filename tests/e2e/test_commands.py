@@ -84,6 +84,20 @@ def test_kill_after_checkpoint_generation_kept(comp, programs):
     comp.kill_and_wait(proc)
 
 
+def test_a_stopping_checkpoint_leaves_only_its_generation_with_keep_0(comp, programs):
+    """The generation a publication moves aside is deleted once the round
+    is over (every tree published), not before: the agent of a tree that
+    the checkpoint stopped waits for that end before it exits."""
+    proc, _ = comp.launch("--keep", "0", *programs["counter_single"], "100000", "20")
+    comp.wait_peers(1)
+    comp.checkpoint()
+    assert "done" in comp.command("-kc").stdout
+    assert proc.wait(timeout=TIMEOUT) == 0
+    [image] = comp.images()
+    assert sorted(p.name for p in comp.ckptdir.iterdir() if p.name.startswith(
+        (image.name, "." + image.name))) == [image.name]
+
+
 def test_images_go_to_the_coordinators_ckptdir_by_default(comp, programs, tmp_path, no_strays):
     out = tmp_path / "default.out"
     with open(out, "w") as o:

@@ -9,6 +9,7 @@ import pytest
 from dmtcp_py.agent import records
 from dmtcp_py.agent.machine import (
     COMMIT_TIMEOUT,
+    ROUND_END_TIMEOUT,
     TRAFFIC_EVERY,
     AbandonRestart,
     AgentMachine,
@@ -24,10 +25,12 @@ from dmtcp_py.agent.machine import (
     SampleLoad,
     SampleTraffic,
     Send,
+    SettleExpired,
     Step,
     TellShims,
     ToNetwork,
     WaitForCommit,
+    WaitForRoundEnd,
     Work,
     WorkResult,
 )
@@ -295,11 +298,34 @@ def test_publishing_is_reported_with_its_outcome():
 def test_generation_done_tells_the_processes_and_remembers_the_generation():
     m = fresh()
     assert m.on_message(messages.GenerationDone(generation=2, ok=True)) == [
-        TellShims(records.DONE, 2)]
+        TellShims(records.DONE, 2), SettleExpired(2, True)]
     assert m.published_generation == 2
     assert m.on_message(messages.GenerationDone(generation=3, ok=False)) == [
-        TellShims(records.DONE, 3 | records.DONE_FAILED)]
+        TellShims(records.DONE, 3 | records.DONE_FAILED), SettleExpired(3, False)]
     assert m.published_generation == 2
+
+
+def test_an_agent_whose_tree_ended_waits_for_the_end_of_the_round_it_published_in():
+    m = fresh()
+    assert m.ending() == []  # nothing published
+    m.published(4)
+    m.published(5, error="disk full")  # (not published: nothing to settle)
+    assert m.unsettled == {4}
+    m.tree_exited(0)
+    assert m.ending() == [WaitForRoundEnd(ROUND_END_TIMEOUT)]
+    # a round started meanwhile does not reach the ended tree
+    refused = m.on_message(messages.Barrier(state=State.SUSPENDED, generation=6))
+    assert [type(a.message) for a in refused] == [messages.Reached]
+    assert refused[0].message.ok is False
+    m.on_message(messages.GenerationDone(generation=4, ok=True))
+    assert m.unsettled == set() and m.ending() == []
+
+
+def test_no_round_end_is_waited_for_without_a_coordinator():
+    m = fresh()
+    m.published(4)
+    m.coordinator_lost()
+    assert m.ending() == []
 
 
 def test_a_stopping_checkpoint_ends_the_agent_with_success():

@@ -266,6 +266,41 @@ def test_expired_generations_wait_hidden_for_the_caller(tmp_path):
     assert not list(tmp_path.glob("ckpt_*.dmtcp.gen-1"))
 
 
+def test_an_expired_generation_gets_its_name_back(tmp_path):
+    """A round that failed (or whose end its agent never heard of): what
+    its publication moved aside may be the newest complete generation."""
+    final = publish_all(tmp_path, [1, 2])
+    [expired] = store.publish(new_generation(tmp_path, 3), final)
+    assert store.retired_name(expired.name) == f"{NAME}.gen-1"
+    assert store.retired_name(NAME) is None
+    assert store.retired_name(f".{NAME}.partial-3-77") is None
+    store.unretire(expired)
+    assert kept(tmp_path) == [f"{NAME}.gen-1", f"{NAME}.gen-2"]
+    assert generation_of(tmp_path / f"{NAME}.gen-1") == 1
+    # the next publication prunes it as the window says
+    for gone in store.publish(new_generation(tmp_path, 4), final):
+        store.discard(gone)
+    assert kept(tmp_path) == [f"{NAME}.gen-3"]
+
+
+def test_an_expired_generation_whose_name_is_taken_stays_hidden(tmp_path):
+    final = publish_all(tmp_path, [1, 2])
+    [expired] = store.publish(new_generation(tmp_path, 3), final)
+    (tmp_path / f"{NAME}.gen-1").mkdir()
+    store.unretire(expired)
+    assert expired.exists() and generation_of(expired) == 1  # never deleted unasked
+
+
+def test_what_a_dead_agent_moved_aside_gets_its_name_back_at_the_next_checkpoint(tmp_path):
+    from dmtcp_py.images import checkpoint
+    final = publish_all(tmp_path, [1, 2])
+    [expired] = store.publish(new_generation(tmp_path, 3), final)
+    dead = expired.with_name(expired.name.rsplit("-", 1)[0] + "-999999999")  # (no such pid)
+    expired.rename(dead)
+    checkpoint._clear_stale(tmp_path, NAME)
+    assert kept(tmp_path) == [f"{NAME}.gen-1", f"{NAME}.gen-2"]
+
+
 def test_pruning_is_numeric(tmp_path):
     publish_all(tmp_path, [9, 10, 11])
     assert kept(tmp_path) == [f"{NAME}.gen-10"]
