@@ -382,6 +382,9 @@ class AgentMachine:
         release waits for every tree), and a half-restored tree must not
         run on; the images, never written to by a restart, restart again."""
         self.linked = False
+        # no word will come of those rounds' ends: what they moved aside
+        # waits for a later round's (or gets its name back as we end)
+        self.unsettled.clear()
         if self.restored_pending and not self.kill_requested:  # (a Kill ends it anyway)
             self.abandoned = (f"the coordinator went away during the restart of generation "
                               f"{self.generation}: the restored tree is killed; its images "

@@ -9,6 +9,10 @@ the others.  DMTCP has no such window: its launch joins before the program
 runs.  So dmtcp-launch announces the tree in its hello, before it starts
 the program, and keeps that connection open until its agent has joined;
 a checkpoint asked for meanwhile waits (CoordinatorMachine.request_checkpoint).
+A launch that says hello while a round is under way is welcomed, and its
+program started, once the round is over (CoordinatorMachine.client_joined),
+as DMTCP's launch waits for a checkpoint under way: a program that ran
+while the others were stopped would be in no image of that generation.
 
 An announcement ends when its tree's agent joins, when its connection
 closes (the launch ended or failed: its program ended before the agent

@@ -294,6 +294,9 @@ class CoordinatorMachine:
         # checkpoints asked for meanwhile, which wait for them (launching.py)
         self.launches = Launches()
         self._waiting: list[CheckpointAsk] = []
+        # launches that said hello during a round: their program starts
+        # once it is over, when they are welcomed (client connection ids)
+        self._held: list[int] = []
 
     # ---- agents ----------------------------------------------------------
 
@@ -329,14 +332,41 @@ class CoordinatorMachine:
 
     # ---- trees being launched (launching.py) -------------------------------
 
+    def client_joined(self, client_id: int, launching: str, now: float) -> list:
+        """A client's hello (token checked by the server): welcomed, with
+        the ckptdir, which dmtcp-launch asks for before it starts the
+        program.  launching: the tree that launch is about to start, which
+        checkpoints wait for; during a round, its welcome, and with it the
+        program's start, waits for the round's end (as DMTCP's launch
+        waits for a checkpoint under way): a program that ran while the
+        others were stopped would be in no image of that generation."""
+        if not launching:
+            return [self._welcome_client(client_id)]
+        self.launches.announced(client_id, launching, now)
+        if self.round is None:
+            return [self._welcome_client(client_id)]
+        self._held.append(client_id)
+        return [Notice(f"a launch waits for the {self.round.kind.noun} under way")]
+
     def launch_announced(self, key: int, tree_id: str, now: float) -> list:
-        """dmtcp-launch is about to start tree_id (key: its connection)."""
+        """A launch that started this coordinator starts tree_id."""
         self.launches.announced(key, tree_id, now)
         return []
 
     def launch_gone(self, key: int, now: float) -> list:
         """The connection that announced a tree closed (the launch ended)."""
+        if key in self._held:
+            self._held.remove(key)
         return self._launches_settled(now) if self.launches.gone(key) else []
+
+    def _welcome_client(self, client_id: int) -> ReplyClient:
+        return ReplyClient(client_id, Welcome(comp_id=self.comp_id, agent_id=client_id,
+                                              ckptdir=self.ckptdir))
+
+    def _welcome_held(self) -> list:
+        """The round is over: the launches held meanwhile start their programs."""
+        held, self._held = self._held, []
+        return [self._welcome_client(c) for c in held]
 
     def _launches_settled(self, now: float) -> list:
         """The checkpoints that waited, asked again once no tree is being
@@ -1163,6 +1193,7 @@ class CoordinatorMachine:
             # its trees that joined are stopped with the rest (_recovery_step)
             self.round = None
             actions += [ReplyClient(c, Reply(ok=False, error=error)) for c in rnd.waiters]
+            actions += self._welcome_held()
         rec.phase = Phase.STOPPING
         rec.not_before = now + recovery.RETRY_DELAY * rec.attempt
         return actions + self._recovery_step(now)
@@ -1254,6 +1285,7 @@ class CoordinatorMachine:
         rnd = self.round
         assert rnd is not None
         self.round = None
+        held = self._welcome_held()
         checkpoint = rnd.kind is RoundKind.CHECKPOINT
         ok = not rnd.errors and (not checkpoint or bool(rnd.images))
         error = "; ".join(rnd.errors) or None
@@ -1302,6 +1334,7 @@ class CoordinatorMachine:
         if checkpoint:  # processes waiting in dmtcp_checkpoint()
             done = GenerationDone(generation=rnd.generation, ok=ok)
             actions += [SendAgent(a, done) for a in sorted(rnd.participants) if a in self.agents]
+        actions += held
         if self.recovery is not None:
             if not checkpoint and self.recovery.phase is Phase.RESTARTING:
                 actions += self._recovered(now) if ok else self._restart_failed(error or "", now)

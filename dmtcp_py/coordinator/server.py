@@ -20,7 +20,7 @@ from dmtcp_py.coordinator.machine import (
     Shutdown,
 )
 from dmtcp_py.protocol import codec, messages
-from dmtcp_py.protocol.messages import Cmd, Command, Hello, Message, Refused, Reply, Role, Welcome
+from dmtcp_py.protocol.messages import Cmd, Command, Hello, Message, Refused, Reply, Role
 from dmtcp_py.tokens import same_token
 
 log = logging.getLogger("coordinator")
@@ -105,14 +105,8 @@ class CoordinatorServer:
             if conn.conn_id not in self.machine.agents:
                 conn.close("refused")
         else:
-            # the ckptdir too: dmtcp-launch asks as a client before it starts
-            # the program, whose environment says where its images go
-            conn.write(messages.encode(Welcome(comp_id=self.machine.comp_id,
-                                               agent_id=conn.conn_id,
-                                               ckptdir=self.machine.ckptdir)))
-            if hello.launching:  # ... and says which tree (launching.py)
-                self.apply(self.machine.launch_announced(conn.conn_id, hello.launching,
-                                                         time.monotonic()))
+            self.apply(self.machine.client_joined(conn.conn_id, hello.launching,
+                                                  time.monotonic()))
 
     def lost(self, conn: _Connection) -> None:
         self._conns.pop(conn.conn_id, None)

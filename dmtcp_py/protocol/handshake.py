@@ -102,8 +102,10 @@ class Coordinator:
         ckptdir if it has one), or UserError (a refusal) or
         CoordinatorUnreachable.  launching: the tree dmtcp-launch is about
         to start, which checkpoints wait for while this connection lasts
-        (coordinator/launching.py)."""
-        self.sock.settimeout(HELLO_TIMEOUT)
+        (coordinator/launching.py); the welcome waits for a round under
+        way to end, however long it takes (as a blocking checkpoint's
+        answer does)."""
+        self.sock.settimeout(None if launching else HELLO_TIMEOUT)
         fields: dict[str, str | bool] = {"type": "hello", "role": "client", "token": token}
         if launching:
             fields["launching"] = launching

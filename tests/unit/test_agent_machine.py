@@ -326,6 +326,9 @@ def test_no_round_end_is_waited_for_without_a_coordinator():
     m.published(4)
     m.coordinator_lost()
     assert m.ending() == []
+    # nor, after a rejoin, for the round the lost coordinator never ended
+    m.welcomed(messages.Welcome(comp_id="c", agent_id=2))
+    assert m.linked and m.ending() == []
 
 
 def test_a_stopping_checkpoint_ends_the_agent_with_success():

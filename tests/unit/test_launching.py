@@ -8,7 +8,7 @@ import pytest
 
 from dmtcp_py.coordinator.launching import JOIN_WAIT, OWN_COORDINATOR, Launches
 from dmtcp_py.coordinator.machine import Notice, ReplyClient
-from dmtcp_py.protocol.messages import Barrier, Reply
+from dmtcp_py.protocol.messages import Barrier, Reply, Welcome
 from dmtcp_py.protocol.states import State
 
 from test_machine import CLIENT, OTHER_CLIENT, Sim, of_type, only_reply, sent
@@ -108,3 +108,39 @@ def test_without_launches_nothing_changes():
     sim.join_one(tree_id="t-new")
     assert sim.checkpoint(CLIENT, blocking=True) != []
     assert sim.m.round is not None
+
+
+def welcomes(actions: list, client: int) -> list:
+    return [a for a in of_type(actions, ReplyClient)
+            if a.client_id == client and isinstance(a.message, Welcome)]
+
+
+def test_a_launch_during_a_round_starts_its_program_once_the_round_is_over():
+    sim = Sim(2)
+    sim.checkpoint(CLIENT, blocking=True)
+    held = sim._record(sim.m.client_joined(LAUNCH, "t-new", sim.now))
+    assert welcomes(held, LAUNCH) == []
+    assert "waits for the checkpoint under way" in of_type(held, Notice)[0].text
+    assert welcomes(sim._record(sim.m.client_joined(OTHER_CLIENT, "", sim.now)),
+                    OTHER_CLIENT)  # a command is welcomed at once
+    start = len(sim.log)
+    sim.advance_to(None)
+    [welcome] = welcomes(sim.log[start:], LAUNCH)
+    assert welcome.message.comp_id == sim.m.comp_id
+    assert only_reply(sim.log, CLIENT).ok  # that checkpoint ended first
+    # the next checkpoint waits for the tree it started
+    sim.checkpoint(OTHER_CLIENT, blocking=True)
+    assert sim.m.round is None
+    sim.join_one(tree_id="t-new")
+    assert sim.m.round is not None and len(sim.m.round.participants) == 3
+
+
+def test_a_launch_that_ends_while_held_is_not_welcomed():
+    sim = Sim(1)
+    sim.checkpoint(CLIENT, blocking=True)
+    sim.m.client_joined(LAUNCH, "t-new", sim.now)
+    sim._record(sim.m.launch_gone(LAUNCH, sim.now))
+    start = len(sim.log)
+    sim.advance_to(None)
+    assert welcomes(sim.log[start:], LAUNCH) == []
+    assert len(sim.m.launches) == 0
