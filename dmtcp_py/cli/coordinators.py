@@ -161,10 +161,19 @@ class Starting:
         except OSError:
             pass
 
+    def release(self) -> None:
+        """Never begun after all (the launch or restart failed first): the
+        port and the token file bind() took go."""
+        if self._pid is None and self._listener is not None:
+            self._listener.close()
+            self._listener = None
+            self._forget_token()
+
     def stop(self) -> None:
         """End a coordinator begun for a restart that failed before any
         agent joined it: it would wait for one for ever."""
         if self._pid is None:
+            self.release()
             return
         try:
             port = self.wait()

@@ -93,11 +93,15 @@ def launch(a: fastargs.LaunchArgs) -> int:
                       incremental=a.incremental)
     try:
         started = early.start(plan)
-    except early.CannotListen as exc:
-        raise UserError(exc.strerror) from None
-    except OSError as exc:
-        raise CannotExecute(f"cannot run {tree_init()}: {exc.strerror or exc} "
-                            "(run `make setup`)") from None
+    except BaseException as exc:
+        if starting is not None:
+            starting.release()
+        if isinstance(exc, early.CannotListen):
+            raise UserError(exc.strerror) from None
+        if isinstance(exc, OSError):
+            raise CannotExecute(f"cannot run {tree_init()}: {exc.strerror or exc} "
+                                "(run `make setup`)") from None
+        raise
     if not isinstance(found, Starting):
         started.announcement = found.sock  # closed once the agent joined (or as we exit)
     if starting is not None:
