@@ -13,7 +13,7 @@ from dmtcp_py import criu_access
 from dmtcp_py.agent import early
 from dmtcp_py.cli import fastargs
 from dmtcp_py.cli.coordinators import Starting, exit_code, find_or_start
-from dmtcp_py.errors import UserError
+from dmtcp_py.errors import UserError, say
 from dmtcp_py.paths import shim_library, tool, tree_init
 from dmtcp_py.tokens import resolve_token
 
@@ -51,6 +51,11 @@ def _which(prog: str) -> str | None:
     return None
 
 
+def _waiting() -> None:
+    say("dmtcp-launch: the coordinator is busy with a checkpoint, restart or migration; "
+        "the program starts once it is over")
+
+
 def launch(a: fastargs.LaunchArgs) -> int:
     """Run a.program with a.args under checkpoint control; its exit code."""
     path = resolve_program(a.program)
@@ -79,7 +84,7 @@ def launch(a: fastargs.LaunchArgs) -> int:
         # stays open until then, and its end (this process's) ends that.
         port = a.port
         try:
-            offered = found.hello(token, launching=tree_id).get("ckptdir")
+            offered = found.hello(token, launching=tree_id, waiting=_waiting).get("ckptdir")
         except BaseException:
             found.close()
             raise

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import _json
 import _socket
+from _collections_abc import Callable  # (typing costs ms; this one is loaded already)
 
 from dmtcp_py import tokens
 from dmtcp_py.errors import CoordinatorUnreachable, UserError
@@ -24,6 +25,7 @@ PROTOCOL_VERSION = 1   # messages.PROTOCOL_VERSION
 MAX_FRAME = 1 << 20    # codec.MAX_FRAME
 CONNECT_TIMEOUT = 5.0  # seconds, as client.py waits
 HELLO_TIMEOUT = 10.0   # a coordinator answers hello at once
+WAIT_NOTE_AFTER = 2.0  # a launch's hello unanswered this long: the caller is told
 
 
 class _Strict:
@@ -97,19 +99,23 @@ class Coordinator:
         self.sock = _connect(host, port)
         self._buf = b""
 
-    def hello(self, token: str, launching: str = "") -> dict:
+    def hello(self, token: str, launching: str = "",
+              waiting: Callable[[], None] | None = None) -> dict:
         """Hello as a client; the welcome (comp_id, and the coordinator's
         ckptdir if it has one), or UserError (a refusal) or
         CoordinatorUnreachable.  launching: the tree dmtcp-launch is about
         to start, which checkpoints wait for while this connection lasts
         (coordinator/launching.py); the welcome waits for a round under
         way to end, however long it takes (as a blocking checkpoint's
-        answer does)."""
-        self.sock.settimeout(None if launching else HELLO_TIMEOUT)
+        answer does), and waiting() is called once it took WAIT_NOTE_AFTER."""
         fields: dict[str, str | bool] = {"type": "hello", "role": "client", "token": token}
         if launching:
             fields["launching"] = launching
-        answer = self.request(fields)
+            self.sock.settimeout(WAIT_NOTE_AFTER)
+            answer = self.request(fields, waiting=waiting or (lambda: None))
+        else:
+            self.sock.settimeout(HELLO_TIMEOUT)
+            answer = self.request(fields)
         if answer["type"] == "refused":
             error = _field(answer, "error", (str,), "")
             self.close()
@@ -148,11 +154,22 @@ class Coordinator:
         body = {k: v for k, v in reply.items() if k not in ("v", "type", "ok", "error")}
         return ok, error, body
 
-    def request(self, fields: dict[str, str | bool]) -> dict:
-        """Send one message, read the next (a dict with its type checked)."""
+    def request(self, fields: dict[str, str | bool],
+                waiting: Callable[[], None] | None = None) -> dict:
+        """Send one message, read the next (a dict with its type checked).
+        waiting: the answer may take as long as it takes; called when the
+        socket's timeout passed without it."""
         try:
             self.sock.sendall(frame(fields))
-            message = parse(self._next_body())
+            try:
+                body = self._next_body()
+            except TimeoutError:
+                if waiting is None:
+                    raise
+                waiting()
+                self.sock.settimeout(None)
+                body = self._next_body()
+            message = parse(body)
         except NotACoordinator as exc:
             raise self._not_ours(exc) from None
         except TimeoutError:

@@ -88,16 +88,18 @@ def test_a_program_launched_during_a_checkpoint_starts_once_it_is_over(comp, pro
     """As DMTCP's launch waits for a checkpoint under way: a program that
     ran while the others were stopped would be in no image of that
     generation.  The launch's welcome waits for the round's end."""
-    held = {**os.environ, "DMTCP_TEST_HOLD_SUSPENDED": "2"}
+    held = {**os.environ, "DMTCP_TEST_HOLD_SUSPENDED": "4"}
     first, _ = comp.launch(*programs["counter_single"], env=held)
     checkpoint = subprocess.Popen([tool("dmtcp-command"), "-p", str(comp.port), "-bc"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     late = None
     try:
         wait_for(lambda: comp.status()["state"] != "RUNNING", what="the checkpoint to start")
-        late = _launch(comp, "sh", "-c", "echo up; exec sleep 60", stdout=subprocess.PIPE)
+        late = _launch(comp, "sh", "-c", "echo up; exec sleep 60", stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE)
         assert late.stdout.readline() == b"up\n"
         assert comp.status()["generation"] == 1  # the checkpoint was over when it started
+        assert b"busy with a checkpoint" in late.stderr.readline()  # (said after 2 s)
         out, err = checkpoint.communicate(timeout=TIMEOUT)
         assert checkpoint.returncode == 0 and "1 trees" in out, err
     finally:
@@ -107,6 +109,7 @@ def test_a_program_launched_during_a_checkpoint_starts_once_it_is_over(comp, pro
             late.kill()
             late.wait()
             late.stdout.close()
+            late.stderr.close()
         comp.kill_and_wait(first)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 import pytest
 
@@ -58,7 +59,8 @@ class _Server:
     """A loopback server that answers each message it gets with the next
     of answers (bytes), then closes."""
 
-    def __init__(self, *answers: bytes) -> None:
+    def __init__(self, *answers: bytes, delay: float = 0.0) -> None:
+        self.delay = delay  # before each answer
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.got: list[messages.Message] = []
@@ -77,6 +79,7 @@ class _Server:
                         return
                     raw = decoder.feed(data)
                 self.got += [messages.decode(r) for r in raw]
+                time.sleep(self.delay)
                 conn.sendall(answer)
 
     def close(self) -> None:
@@ -105,6 +108,20 @@ def test_a_launch_names_the_tree_it_starts_in_its_hello():
     finally:
         server.close()
     assert server.got == [Hello(role=Role.CLIENT, token="secret", launching="0123456789ab")]
+
+
+def test_a_launch_waits_for_its_welcome_and_is_told_it_waits(monkeypatch):
+    """During a round the coordinator welcomes a launch once it is over."""
+    monkeypatch.setattr(handshake, "WAIT_NOTE_AFTER", 0.05)
+    server = _Server(messages.encode(Welcome(comp_id="abc", agent_id=1)), delay=0.5)
+    told = []
+    try:
+        with handshake.Coordinator("127.0.0.1", server.port) as coordinator:
+            welcome = coordinator.hello("secret", launching="0123456789ab",
+                                        waiting=lambda: told.append(True))
+    finally:
+        server.close()
+    assert welcome["comp_id"] == "abc" and told == [True]
 
 
 def test_a_refusal_says_where_the_token_came_from(monkeypatch):
