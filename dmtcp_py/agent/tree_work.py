@@ -440,8 +440,8 @@ class TreeWork:
         """The round of `generation` is over.  Every tree published it (ok):
         the generations our publication moved aside go, and those of older
         rounds whose end we never heard of.  Not deleted before: each
-        deletion's disk work slowed the trees still writing their images
-        (~5% of a 16-tree checkpoint here).  A failed round: they take
+        deletion's disk work competed with the trees still writing their
+        images.  A failed round: they take
         their names back, for the newest complete generation may be among
         them (`--keep 0`: the only copy of it)."""
         if ok:

@@ -142,6 +142,9 @@ def _beyond_window(final: Path, keep: int) -> list[Path]:
     return [entry for _, entry in (kept[:-keep] if keep > 0 else kept)]
 
 
+_EXPIRED = ".expired-"  # .<generation's name>.expired-<pid of the agent that retired it>
+
+
 def _retire(entry: Path) -> Path:
     """Rename an expired generation to a hidden name, pending deletion."""
     hidden = entry.with_name(f".{entry.name}{_EXPIRED}{os.getpid()}")
@@ -149,9 +152,6 @@ def _retire(entry: Path) -> Path:
         _remove_tree(hidden)
     os.rename(entry, hidden)
     return hidden
-
-
-_EXPIRED = ".expired-"
 
 
 def retired_name(name: str) -> str | None:
