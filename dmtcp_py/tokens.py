@@ -33,6 +33,18 @@ def write_token_file(port: int, token: str) -> None:
         f.write(token + "\n")
 
 
+def remove_token_file(port: int, token: str) -> None:
+    """The token file, removed if it still holds token (another coordinator
+    may have taken the port since, with its own)."""
+    path = token_path(port)
+    try:
+        with open(path) as f:
+            if f.read().strip() == token:
+                os.unlink(path)
+    except OSError:
+        pass
+
+
 def same_token(shown: str, ours: str) -> bool:
     """Whether a client showed our token, in constant time (what it shows
     is compared without telling how much of it matched)."""

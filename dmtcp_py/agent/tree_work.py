@@ -441,9 +441,9 @@ class TreeWork:
         the generations our publication moved aside go, and those of older
         rounds whose end we never heard of.  Not deleted before: each
         deletion's disk work competed with the trees still writing their
-        images.  A failed round: they take
-        their names back, for the newest complete generation may be among
-        them (`--keep 0`: the only copy of it)."""
+        images.  A failed round: they take their names back, for the newest
+        complete generation may be among them (`--keep 0`: the only copy of
+        it)."""
         if ok:
             done = [g for g in self._expired if g <= generation]
             paths = [p for g in done for p in self._expired.pop(g)]

@@ -19,7 +19,7 @@ from dmtcp_py.coordinator.machine import CoordinatorMachine
 from dmtcp_py.coordinator.server import CoordinatorServer
 from dmtcp_py.errors import UserError, say
 from dmtcp_py.paths import token_file
-from dmtcp_py.tokens import write_token_file
+from dmtcp_py.tokens import remove_token_file, write_token_file
 
 # the fd of a socket listening already, which the coordinator serves on
 # (cli/coordinators.py Starting: a launch binds the port before its program
@@ -116,7 +116,6 @@ async def _main(server: CoordinatorServer, port_file, ready_fd, console_on: bool
         _report_ready(ready_fd, "error " + msg)
         raise UserError(msg) from None
     logs.setup(f"coordinator-{port}")
-    tf = token_file(port)
     write_token_file(port, server.token)
     if port_file:
         tmp = Path(str(port_file) + ".tmp")
@@ -129,11 +128,7 @@ async def _main(server: CoordinatorServer, port_file, ready_fd, console_on: bool
     try:
         await server.run_until_shutdown()
     finally:
-        try:
-            if tf.read_text().strip() == server.token:
-                tf.unlink()
-        except OSError:
-            pass
+        remove_token_file(port, server.token)
     return 0
 
 

@@ -13,9 +13,9 @@ import importlib
 import os
 
 from dmtcp_py.errors import CoordinatorUnreachable, UserError
-from dmtcp_py.paths import hostname, run_dir_name, token_path
+from dmtcp_py.paths import hostname, run_dir_name
 from dmtcp_py.protocol.handshake import Coordinator
-from dmtcp_py.tokens import resolve_token, write_token_file
+from dmtcp_py.tokens import remove_token_file, resolve_token, write_token_file
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 MAX_FD = 2**31 - 1  # (closerange's end: close_range(2) takes any)
@@ -152,14 +152,8 @@ class Starting:
 
     def _forget_token(self) -> None:
         """The token file bind() wrote, for a coordinator that never ran."""
-        if not self._token_written:
-            return
-        try:
-            with open(token_path(self.port)) as f:
-                if f.read().strip() == self.token:
-                    os.unlink(token_path(self.port))
-        except OSError:
-            pass
+        if self._token_written:
+            remove_token_file(self.port, self.token)
 
     def release(self) -> None:
         """Never begun after all (the launch or restart failed first): the
