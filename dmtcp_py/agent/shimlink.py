@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from dmtcp_py import procfs
+from dmtcp_py.agent import wake
 from dmtcp_py.agent.records import (
     CHECKPOINT,
     CHILD_KILLED,
@@ -60,6 +61,10 @@ SETTLE_TIMEOUT = 1.0
 # the names of this many processes that said hello are remembered (a
 # process's parent tells of its death once its connection is gone)
 NAMES_KEPT = 4096
+# a request unanswered this long: its process is woken again.  The agent's
+# writes signal the thread that served the link last (ckpt_thread.c); if
+# that thread has ended, nothing else tells the process a request came.
+NUDGE_AFTER = 0.25
 
 
 @dataclass(frozen=True)
@@ -154,6 +159,7 @@ class ShimLink:
         self._on_child_killed = on_child_killed
         self._on_program_ended = on_program_ended  # the status the tree's init told
         self._names: dict[int, str] = {}
+        self._signum = wake.reserved_signal()
         # a process's pid in the tree's namespace -> ours, as it said hello
         self._ours: dict[int, int] = {}
         # one per connection until its first record is read (settle())
@@ -352,7 +358,7 @@ class ShimLink:
             await _send(shim.sock, request)
         except OSError:
             return None
-        got = await shim.replies.get()
+        got = await self._reply(shim)
         while got is not None and got[0] != answer:  # a stale answer (see owes_resume)
             got = await shim.replies.get()
         if got is None:
@@ -361,6 +367,17 @@ class ShimLink:
             while await shim.replies.get() is not None:
                 pass
         return got[1]
+
+    async def _reply(self, shim: Shim) -> tuple[int, int] | None:
+        """The next record the process answers with (None: it went away),
+        waking it again every NUDGE_AFTER until it comes."""
+        get = asyncio.ensure_future(shim.replies.get())
+        try:
+            while not (await asyncio.wait({get}, timeout=NUDGE_AFTER))[0]:
+                wake.wake([shim.pid], self._signum)
+            return get.result()
+        finally:
+            get.cancel()
 
     async def tell_all(self, record: int, arg: int = 0) -> None:
         """A record every connected process takes without answering."""

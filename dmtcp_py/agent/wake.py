@@ -2,14 +2,20 @@
 
 A process under the shim connects to its agent only when the agent needs
 it (hijack/src/ckpt_thread.c): at a checkpoint, and when FATE 1 comes into
-force.  The agent wakes it with the shim's reserved signal, sent by kill();
-the shim's handler connects.  The signal's default action ends a process,
-so only a process whose shim has installed its handler (SigCgt in
-/proc/PID/status) is sent it; across an exec the shim keeps it blocked
-until the new program's shim handles it.
+force.  The agent wakes it with the shim's reserved signal, sent to its
+main thread; the shim's handler connects.  The signal's default action
+ends a process, so only a process whose shim has installed its handler
+(SigCgt in /proc/PID/status) is sent it; across an exec the shim keeps it
+blocked until the new program's shim handles it.
+
+Never to the whole process (kill()): the kernel wakes one thread for a
+process-directed signal, another may take it first, and an epoll_wait the
+woken thread was in then fails with EINTR without any handler having run
+(hijack/src/ckpt_thread.c).
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 
@@ -61,6 +67,19 @@ def in_exec(pid: int, signum: int) -> bool:
             and _mask(status, "SigBlk:", signum))
 
 
+_libc: ctypes.CDLL | None = None
+
+
+def _tgkill(pid: int, signum: int) -> None:
+    """signum to the main thread of process pid (OSError if it is gone)."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    if _libc.tgkill(pid, pid, signum) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+
+
 def wake(pids: list[int], signum: int) -> list[int]:
     """Send the wake-up to those of pids that handle it; the pids sent to."""
     sent = []
@@ -68,7 +87,7 @@ def wake(pids: list[int], signum: int) -> list[int]:
         if not handles(pid, signum):
             continue
         try:
-            os.kill(pid, signum)
+            _tgkill(pid, signum)
         except OSError:
             continue  # ended meanwhile
         sent.append(pid)

@@ -4,11 +4,12 @@
  * on the same host), so neither side needs a parser.
  *
  * A process connects when its agent wakes it: the reserved signal sent
- * by kill() (SI_USER), at the start of every round and when FATE 1 comes
- * into force; one that must hear its agent go (FATE 1), or that uses the
- * API, connects at once.  While connected, the agent's writes signal the
- * process (O_ASYNC, F_SETSIG with the same signal) when no checkpoint
- * thread serves the link (hijack/src/ckpt_thread.c).
+ * to its main thread by tgkill() (SI_TKILL), at the start of every round
+ * and when FATE 1 comes into force; one that must hear its agent go
+ * (FATE 1), or that uses the API, connects at once.  While connected, the
+ * agent's writes signal the thread that serves the link (O_ASYNC,
+ * F_SETSIG with the same signal, F_OWNER_TID) when no checkpoint thread
+ * serves it (hijack/src/ckpt_thread.c).
  *
  * Conversation, as the agent drives it:
  *   shim  -> HELLO            after every (re)connect

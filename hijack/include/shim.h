@@ -202,7 +202,7 @@ void exec_env_capture(int (*fate)(void)); /* fate: whether FATE 1 is in force */
 
 /* suspend.c: stopping and releasing the program's threads. */
 int suspend_signal(void);            /* the reserved signal */
-void suspend_init(void (*on_signal)(int si_code), /* the link, from the handler */
+void suspend_init(void (*on_signal)(const siginfo_t *info), /* the link, from the handler */
                   void (*after_gate)(void));       /* a thread let the gate go */
 int suspend_all(void);               /* returns threads that would not stop */
 void resume_all(void);

@@ -253,13 +253,24 @@ static void serve(int fd, int hello)
  * checkpoint thread (the default: most processes of a tree never see a
  * checkpoint, and a thread made at every start and fork cost a fork+exec
  * loop most of its time).  The agent wakes such a process with the
- * reserved signal (sent by kill: SI_USER); the handler, on whichever
- * thread of the program the kernel chose, connects and says hello, and
- * the connection then signals the process whenever the agent writes
- * (O_ASYNC, F_SETSIG: the same signal).  The handler serves what came;
+ * reserved signal, sent to its main thread (tgkill: SI_TKILL from another
+ * process); the handler connects and says hello, and the connection then
+ * signals the thread that serves it whenever the agent writes (O_ASYNC,
+ * F_SETSIG: the same signal; F_OWNER_TID).  The handler serves what came;
  * from SUSPEND until the round is over it stays in the handler, serving,
  * exactly as the checkpoint thread would, while the other threads are
  * stopped: raw system calls only, on static memory.
+ *
+ * Each of these signals goes to one thread, never to the whole process.
+ * A process-directed signal wakes the thread the kernel picks for it, and
+ * another thread may take it first: the woken thread then finds no
+ * signal to handle, and an epoll_wait it was in fails with EINTR (epoll
+ * returns EINTR itself, where poll or select would be restarted), with no
+ * handler run that wrap_wait.c could count (seen: res_waits, about once
+ * in thirty launches checkpointed at once).  The thread that serves takes
+ * the notifications over (it is alive: it is serving); if the one that
+ * had them ended meanwhile, an unanswered request makes the agent wake the
+ * main thread again (shimlink.py).
  *
  * One thread serves at a time (serving); a signal that finds another one
  * serving leaves it the work, and that one looks again before it stops.
@@ -278,6 +289,7 @@ static int serving;   /* 1 while a thread serves the link */
 static int wake_owed; /* the agent asked this process to connect */
 static int link_owed; /* a signal came to a thread that held the gate */
 static pid_t own_pid SHIM_HOT_DATA; /* getpid() at start or fork: a vfork child differs */
+static pid_t notified; /* the thread the connection's notifications go to */
 static int thread_started;
 
 static int readable(int fd)
@@ -288,13 +300,22 @@ static int readable(int fd)
     return syscall(SYS_ppoll, &p, 1, &none, NULL, sizeof(sigset_t)) > 0;
 }
 
-/* The agent's writes signal this process (any thread of it). */
+/* The agent's writes signal this thread (see above: never the process). */
+static void notify_this_thread(int fd)
+{
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    struct f_owner_ex owner = { F_OWNER_TID, tid };
+
+    if (tid != notified && syscall(SYS_fcntl, fd, F_SETOWN_EX, &owner) == 0)
+        notified = tid;
+}
+
 static void make_async(int fd)
 {
-    struct f_owner_ex owner = { F_OWNER_PID, own_pid };
     long flags;
 
-    syscall(SYS_fcntl, fd, F_SETOWN_EX, &owner);
+    notified = 0;
+    notify_this_thread(fd);
     syscall(SYS_fcntl, fd, F_SETSIG, suspend_signal());
     flags = syscall(SYS_fcntl, fd, F_GETFL);
     if (flags >= 0)
@@ -350,6 +371,7 @@ static void serve_by_signal(void)
         if (fd < 0)
             return; /* not listening (a dump): the agent asks again */
     }
+    notify_this_thread(fd);
     for (;;) {
         enum outcome got = LOST;
 
@@ -378,14 +400,17 @@ static int work_waiting(void)
 }
 
 /* From the reserved signal's handler (suspend.c), all signals blocked,
- * once the thread is not (or no longer) to stop. */
-static void link_on_signal(int code)
+ * once the thread is not (or no longer) to stop.  The agent's wake-up is
+ * the signal sent from another process (si_pid 0 when the agent is
+ * outside the tree's PID namespace); this process's own are the stops of
+ * suspend.c and the link's re-sends to itself. */
+static void link_on_signal(const siginfo_t *info)
 {
     if (!shim_enabled || __atomic_load_n(&link_mode, __ATOMIC_ACQUIRE) != LINK_SIGNAL)
         return;
     if ((pid_t)syscall(SYS_getpid) != own_pid)
         return;
-    if (code == SI_USER)
+    if ((info->si_code == SI_USER || info->si_code == SI_TKILL) && info->si_pid != own_pid)
         __atomic_store_n(&wake_owed, 1, __ATOMIC_RELEASE);
     if (gate_held()) {
         __atomic_store_n(&link_owed, 1, __ATOMIC_RELEASE);
@@ -517,8 +542,8 @@ static void atfork_child(void)
         channel_set_agent_fd(-1);
     }
     own_pid = getpid(); /* (not syscall(): its page of libc would fault in every child) */
-    if (serving | wake_owed | link_owed) /* (an untouched page costs nothing) */
-        serving = wake_owed = link_owed = 0;
+    if (serving | wake_owed | link_owed | notified) /* (an untouched page costs nothing) */
+        serving = wake_owed = link_owed = notified = 0;
     if (link_mode == LINK_THREAD) {
         link_mode = LINK_SIGNAL; /* until the thread takes over */
         first_fd = channel_socket();

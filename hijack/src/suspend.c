@@ -40,7 +40,7 @@ static int sigckpt;
 /* the link's hooks (ckpt_thread.c, which drives this unit: passed at
  * suspend_init, not called by name): a signal for it, and the gate let go
  * by a thread that had to leave it work */
-static void (*link_signal)(int si_code);
+static void (*link_signal)(const siginfo_t *info);
 static void (*link_gate_left)(void);
 static int requested;     /* 1 while a suspension is wanted */
 static int resume_gen;    /* futex word the stopped threads sleep on */
@@ -131,13 +131,13 @@ static void handler(int sig, siginfo_t *info, void *ctx)
         __atomic_sub_fetch(&stopped, 1, __ATOMIC_ACQ_REL);
     }
     if (link_signal)
-        link_signal(info->si_code); /* the agent's wake-up, or its writes */
+        link_signal(info); /* the agent's wake-up, or its writes */
     if (interrupted_a_call(ctx) && !program_handler_due(ctx))
         __atomic_add_fetch(&interruptions, 1, __ATOMIC_RELAXED);
     errno = saved_errno;
 }
 
-void suspend_init(void (*on_signal)(int si_code), void (*after_gate)(void))
+void suspend_init(void (*on_signal)(const siginfo_t *info), void (*after_gate)(void))
 {
     struct sigaction sa;
     const char *env = getenv(DMTCP_ENV_SIGCKPT);

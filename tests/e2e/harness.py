@@ -8,6 +8,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
+
 from tests.conftest import BIN
 
 TIMEOUT = 60.0
@@ -17,15 +19,50 @@ def tool(name: str) -> str:
     return os.path.join(BIN, name)
 
 
-def wait_for(predicate, timeout: float = TIMEOUT, what: str = "condition"):
+def wait_for(predicate, timeout: float = TIMEOUT, what: str = "condition", explain=None):
+    """explain: called on a timeout, says what the waiting found (an
+    intermittent failure in CI leaves nothing else to read)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            detail = f"\n{explain()}" if explain else ""
+            raise AssertionError(f"timed out waiting for {what}{detail}")
         time.sleep(0.02)
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError as exc:
+        return f"({exc.strerror})"
+
+
+def tree_report(proc: subprocess.Popen) -> str:
+    """Whether a run has ended, what it said on stderr, and else what every
+    thread of its processes is doing (state, kernel wait, system call)."""
+    if proc.poll() is not None:
+        return f"the run ended with {proc.returncode}: {proc.err_path.read_text()[-2000:]}"
+    lines = [f"stderr: {proc.err_path.read_text()[-2000:]}"]
+    try:
+        procs = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return "\n".join(lines + ["(the run just ended)"])
+    for p in procs:
+        try:
+            tids = sorted(os.listdir(f"/proc/{p.pid}/task"), key=int)
+        except OSError:
+            continue  # it ended meanwhile
+        for tid in tids:
+            base = f"/proc/{p.pid}/task/{tid}"
+            state = _read(f"{base}/stat").rpartition(")")[2].split()[:1] or ["?"]
+            syscall = _read(f"{base}/syscall").split(" ")[0]
+            lines.append(f"{p.pid}/{tid} {_read(base + '/comm')} {state[0]} "
+                         f"wchan={_read(base + '/wchan')} syscall={syscall}")
+    return "\n".join(lines)
 
 
 def wait_until_running(restarted: subprocess.Popen, port: int) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.e2e.harness import TIMEOUT, last_tick, ticks, wait_for, wait_until_running
+from tests.e2e.harness import (TIMEOUT, last_tick, ticks, tree_report, wait_for,
+                               wait_until_running)
 from tests.e2e.test_bad_input import free_port
 
 TICKS, INTERVAL_MS = 400, 10  # 4 s: room for a slow checkpoint on a busy machine
@@ -41,7 +42,8 @@ def checkpoint_and_kill(comp, proc, out, *, after: int = 10) -> tuple[int, int]:
     before = last_tick(out)
     comp.checkpoint()
     resumed = last_tick(out)
-    wait_for(lambda: last_tick(out) >= resumed + 3, what="ticks after the checkpoint")
+    wait_for(lambda: last_tick(out) >= resumed + 3, what=f"ticks after the checkpoint (tick {resumed})",
+             explain=lambda: tree_report(proc))
     assert comp.kill_and_wait(proc) != 0
     return before, last_tick(out)
 

@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from tests.e2e.harness import TIMEOUT, last_tick, ticks, wait_for
+from tests.e2e.harness import TIMEOUT, last_tick, ticks, tree_report, wait_for
 from tests.e2e.test_cycle import assert_continues, checkpoint_and_kill
 
 TICKS, INTERVAL_MS = 300, 10  # about 3 s of ticks per run
@@ -41,7 +41,8 @@ def wait_alive(comp, proc, out, *, peers: int, tick: int) -> None:
         status = comp.status()
         return status["num_peers"] >= peers and status["running"] and last_tick(out) >= tick
 
-    wait_for(ready, what=f"{peers} processes under control and tick {tick}")
+    wait_for(ready, what=f"{peers} processes under control and tick {tick}",
+             explain=lambda: tree_report(proc))
     assert proc.poll() is None, (f"the run ended with {proc.returncode}: "
                                  f"{proc.err_path.read_text()}")
 

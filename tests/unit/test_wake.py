@@ -62,6 +62,40 @@ def test_a_process_with_the_handler_is_woken():
         child.stdout.close()
 
 
+def _pending(pid: int, field: str) -> int:
+    """A signal mask line of /proc/pid/task/pid/status (the main thread)."""
+    for line in open(f"/proc/{pid}/task/{pid}/status"):
+        if line.startswith(field):
+            return int(line.split()[1], 16)
+    raise AssertionError(f"no {field} line")
+
+
+def test_the_wake_up_goes_to_the_main_thread_not_to_the_process():
+    """A process-directed signal may wake one thread and be taken by
+    another: the first one's epoll_wait then fails with EINTR and no
+    handler ran.  The main thread blocks the signal here, so a signal to
+    the process would go to the other thread; one to the main thread stays
+    pending on it."""
+    sig = signal.SIGRTMAX - 2
+    code = ("import signal, sys, threading, time\n"
+            f"signal.signal({sig}, lambda *a: None)\n"
+            "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+            f"signal.pthread_sigmask(signal.SIG_BLOCK, {{{sig}}})\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(30)\n")
+    child = subprocess.Popen(["python3", "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "ready\n"
+        bit = 1 << (sig - 1)
+        assert wake.wake([child.pid], sig) == [child.pid]
+        assert _pending(child.pid, "SigPnd:") & bit  # the main thread's own
+        assert not _pending(child.pid, "ShdPnd:") & bit  # not the process's
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
+
+
 def test_a_zombie_is_neither_woken_nor_waited_for():
     """It keeps its signal masks in /proc, but it will never connect."""
     sig = signal.SIGRTMAX - 2

@@ -35,6 +35,8 @@ static inline void res_fail(const char *fmt, ...)
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
+    if (gettid() != getpid()) /* which thread saw it */
+        fprintf(stderr, " (thread %d)", (int)gettid());
     fputc('\n', stderr);
     fflush(NULL);
     _exit(3);
