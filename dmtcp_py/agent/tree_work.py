@@ -36,6 +36,10 @@ log = logging.getLogger("agent")
 
 SHIM_TIMEOUT = 10.0    # a process that does not answer its agent in this time is stuck
 WAKE_AGAIN = 0.05      # seconds between wake-ups of a process that has not connected
+# after this long unconnected, a process is also woken as a whole (kill()):
+# a shim built before the wake-up went to the main thread (restored from an
+# older image, or forked from such a process) answers only that (wake.py)
+WAKE_PROCESS_AFTER = 1.0
 # how long a round waits for a process in its exec (the new program's shim
 # handles the signal soon) before it takes it for a program without the shim
 EXEC_GRACE = 0.5
@@ -113,11 +117,12 @@ class TreeWork:
         exec_deadline (default: EXEC_GRACE from now)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        whole = loop.time() + WAKE_PROCESS_AFTER
         if exec_deadline is None:
             exec_deadline = loop.time() + EXEC_GRACE
         while True:
             running, execing = self._left_out(exec_deadline)
-            sent = wake.wake(running, self._signum)
+            sent = wake.wake(running, self._signum, whole_process=loop.time() >= whole)
             if not sent and not execing:
                 return
             if loop.time() >= deadline:

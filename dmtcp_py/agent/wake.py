@@ -11,7 +11,10 @@ blocked until the new program's shim handles it.
 Never to the whole process (kill()): the kernel wakes one thread for a
 process-directed signal, another may take it first, and an epoll_wait the
 woken thread was in then fails with EINTR without any handler having run
-(hijack/src/ckpt_thread.c).
+(hijack/src/ckpt_thread.c).  Only a process that stayed unconnected for a
+while is woken as a whole too (tree_work.WAKE_PROCESS_AFTER): older
+builds of the shim, which an image made with them brings back, know the
+agent's wake-up by SI_USER only.
 """
 from __future__ import annotations
 
@@ -80,14 +83,19 @@ def _tgkill(pid: int, signum: int) -> None:
         raise OSError(code, os.strerror(code))
 
 
-def wake(pids: list[int], signum: int) -> list[int]:
-    """Send the wake-up to those of pids that handle it; the pids sent to."""
+def wake(pids: list[int], signum: int, whole_process: bool = False) -> list[int]:
+    """Send the wake-up to those of pids that handle it; the pids sent to.
+    whole_process: to the process (kill()), which a shim built before the
+    wake-up went to the main thread needs, else to its main thread."""
     sent = []
     for pid in pids:
         if not handles(pid, signum):
             continue
         try:
-            _tgkill(pid, signum)
+            if whole_process:
+                os.kill(pid, signum)
+            else:
+                _tgkill(pid, signum)
         except OSError:
             continue  # ended meanwhile
         sent.append(pid)

@@ -90,6 +90,9 @@ def test_the_wake_up_goes_to_the_main_thread_not_to_the_process():
         assert wake.wake([child.pid], sig) == [child.pid]
         assert _pending(child.pid, "SigPnd:") & bit  # the main thread's own
         assert not _pending(child.pid, "ShdPnd:") & bit  # not the process's
+        # an older shim's process, unconnected for a while: to the process
+        assert wake.wake([child.pid], sig, whole_process=True) == [child.pid]
+        assert _pending(child.pid, "ShdPnd:") & bit
     finally:
         child.kill()
         child.wait()
