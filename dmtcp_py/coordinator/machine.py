@@ -677,6 +677,12 @@ class CoordinatorMachine:
             return refuse("a recovery is in progress")
         if self.round is not None:
             return refuse(f"a {self.round.kind.noun} is in progress")
+        if self.launches:
+            # a program that runs with its agent not joined yet would take
+            # no part in the round: connections it makes to a moving tree
+            # would be neither drained nor made again where it goes
+            return refuse(f"{len(self.launches)} tree(s) being launched have not joined yet; "
+                          "try again in a moment")
         if vacate and to == vacate:
             return refuse(f"--to {to} is the host being vacated")
         refs = [migration.TreeRef(a.agent_id, a.tree_id, a.host,

@@ -102,6 +102,20 @@ def test_an_interval_checkpoint_waits_too():
     assert sim.m.round is not None and agent_id in sim.m.round.participants
 
 
+def test_a_migration_is_refused_while_a_tree_is_being_launched():
+    """It would not take the new tree in (a checkpoint waits for it)."""
+    sim = Sim(2)
+    sim.m.launch_announced(LAUNCH, "t-new", sim.now)
+    actions = sim._record(sim.m.migrate(CLIENT, ("t1",), sim.now))
+    reply = only_reply(actions, CLIENT)
+    assert not reply.ok and "1 tree(s) being launched" in reply.error
+    assert sim.m.round is None and sent(actions, Barrier) == []
+    sim.join_one(tree_id="t-new")
+    actions = sim._record(sim.m.migrate(OTHER_CLIENT, ("t1",), sim.now))
+    assert of_type(actions, ReplyClient) == []  # (answered once it is over)
+    assert sim.m.round is not None and len(sim.m.round.participants) == 3
+
+
 def test_without_launches_nothing_changes():
     sim = Sim(0)
     sim.m.launch_announced(LAUNCH, "t-new", sim.now)
