@@ -147,6 +147,11 @@ void mqueue_resume(void);   /* every queue is back: notifications, unlinks */
 #include <mqueue.h>
 void mqueue_note_notify(mqd_t fd, const struct sigevent *sev); /* mq_notify succeeded */
 
+/* timers.c: an alarm that expired while CRIU dumped the process (see
+ * there).  Checkpoint thread, program suspended: */
+void timers_save(void);   /* SUSPEND, once every thread is stopped */
+void timers_resume(void); /* RESUME: an expired alarm's SIGALRM, sent again if lost */
+
 /* inotify.c: the events queued on inotify instances, kept across a
  * checkpoint (see there).  Checkpoint thread, program suspended: */
 void inotify_save(void);         /* SUSPEND, after fdowner_save: the instances this process reads, claimed */

@@ -62,6 +62,7 @@ static void release_threads(void)
     mqueue_resume();
     fdowner_restore();
     inotify_resume();
+    timers_resume();
     resume_all();
 }
 
@@ -155,6 +156,7 @@ static enum outcome obey(int fd, const struct dmtcp_record *rec, int passed)
         api_before_checkpoint(); /* hooks, critical sections: threads still run */
         fdowner_save();
         stuck = suspend_all();
+        timers_save();
         inotify_save();
         return channel_send(fd, DMTCP_REC_SUSPENDED, (uint64_t)stuck) < 0 ? LOST : GO_ON;
     }
