@@ -2,6 +2,7 @@
 sent it (a process that does not catch it would die of it)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -44,22 +45,28 @@ def test_a_process_without_the_handler_is_never_sent_the_signal():
         child.wait()
 
 
-def test_a_process_with_the_handler_is_woken():
-    sig = signal.SIGRTMAX - 2
-    code = ("import signal, sys, time\n"
-            f"signal.signal({sig}, lambda *a: sys.exit(7))\n"
-            "print('ready', flush=True)\n"
-            "time.sleep(30)\n")
+@contextlib.contextmanager
+def _python_child(setup: str):
+    """A python3 child that runs setup, says it is ready, and sleeps; gone
+    at the end."""
+    code = ("import signal, sys, threading, time\n"
+            f"{setup}print('ready', flush=True)\ntime.sleep(30)\n")
     child = subprocess.Popen(["python3", "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline() == "ready\n"
-        assert wake.wake([child.pid], sig) == [child.pid]
-        assert child.wait(timeout=10) == 7
+        yield child
     finally:
         if child.poll() is None:
             child.kill()
             child.wait()
         child.stdout.close()
+
+
+def test_a_process_with_the_handler_is_woken():
+    sig = signal.SIGRTMAX - 2
+    with _python_child(f"signal.signal({sig}, lambda *a: sys.exit(7))\n") as child:
+        assert wake.wake([child.pid], sig) == [child.pid]
+        assert child.wait(timeout=10) == 7
 
 
 def _pending(pid: int, field: str) -> int:
@@ -77,15 +84,10 @@ def test_the_wake_up_goes_to_the_main_thread_not_to_the_process():
     the process would go to the other thread; one to the main thread stays
     pending on it."""
     sig = signal.SIGRTMAX - 2
-    code = ("import signal, sys, threading, time\n"
-            f"signal.signal({sig}, lambda *a: None)\n"
-            "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
-            f"signal.pthread_sigmask(signal.SIG_BLOCK, {{{sig}}})\n"
-            "print('ready', flush=True)\n"
-            "time.sleep(30)\n")
-    child = subprocess.Popen(["python3", "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout.readline() == "ready\n"
+    setup = (f"signal.signal({sig}, lambda *a: None)\n"
+             "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+             f"signal.pthread_sigmask(signal.SIG_BLOCK, {{{sig}}})\n")
+    with _python_child(setup) as child:
         bit = 1 << (sig - 1)
         assert wake.wake([child.pid], sig) == [child.pid]
         assert _pending(child.pid, "SigPnd:") & bit  # the main thread's own
@@ -93,10 +95,6 @@ def test_the_wake_up_goes_to_the_main_thread_not_to_the_process():
         # an older shim's process, unconnected for a while: to the process
         assert wake.wake([child.pid], sig, whole_process=True) == [child.pid]
         assert _pending(child.pid, "ShdPnd:") & bit
-    finally:
-        child.kill()
-        child.wait()
-        child.stdout.close()
 
 
 def test_a_zombie_is_neither_woken_nor_waited_for():
