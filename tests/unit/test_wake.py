@@ -80,13 +80,12 @@ def _pending(pid: int, field: str) -> int:
 def test_the_wake_up_goes_to_the_main_thread_not_to_the_process():
     """A process-directed signal may wake one thread and be taken by
     another: the first one's epoll_wait then fails with EINTR and no
-    handler ran.  The main thread blocks the signal here, so a signal to
-    the process would go to the other thread; one to the main thread stays
-    pending on it."""
+    handler ran.  Both threads block the signal here, so that it stays
+    pending where it was sent: on the main thread, or on the process."""
     sig = signal.SIGRTMAX - 2
     setup = (f"signal.signal({sig}, lambda *a: None)\n"
-             "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
-             f"signal.pthread_sigmask(signal.SIG_BLOCK, {{{sig}}})\n")
+             f"signal.pthread_sigmask(signal.SIG_BLOCK, {{{sig}}})\n"
+             "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n")
     with _python_child(setup) as child:
         bit = 1 << (sig - 1)
         assert wake.wake([child.pid], sig) == [child.pid]
