@@ -42,8 +42,8 @@ def checkpoint_and_kill(comp, proc, out, *, after: int = 10) -> tuple[int, int]:
     before = last_tick(out)
     comp.checkpoint()
     resumed = last_tick(out)
-    wait_for(lambda: last_tick(out) >= resumed + 3, what=f"ticks after the checkpoint (tick {resumed})",
-             explain=lambda: tree_report(proc))
+    wait_for(lambda: last_tick(out) >= resumed + 3,
+             what=f"ticks after the checkpoint (tick {resumed})", explain=lambda: tree_report(proc))
     assert comp.kill_and_wait(proc) != 0
     return before, last_tick(out)
 

@@ -43,8 +43,7 @@ def wait_alive(comp, proc, out, *, peers: int, tick: int) -> None:
 
     wait_for(ready, what=f"{peers} processes under control and tick {tick}",
              explain=lambda: tree_report(proc))
-    assert proc.poll() is None, (f"the run ended with {proc.returncode}: "
-                                 f"{proc.err_path.read_text()}")
+    assert proc.poll() is None, tree_report(proc)
 
 
 def assert_no_failure(procs) -> None:
