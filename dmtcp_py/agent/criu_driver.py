@@ -34,12 +34,16 @@ def _log_level() -> int:
     return 4 if os.environ.get("DMTCP_LOG_LEVEL", "").upper() == "DEBUG" else 2
 
 
-def _criu_env(log_path: Path) -> dict | None:
+def _criu_env(log_path: Path, track: bool = False) -> dict | None:
+    extra = {}
     if unprivileged() and not os.environ.get("XDG_RUNTIME_DIR"):
         # an unprivileged criu keeps its cache of the kernel's features
         # there, and without it detects them again at every run (~20 ms)
-        return {**os.environ, "XDG_RUNTIME_DIR": str(log_path.parent)}
-    return None
+        extra["XDG_RUNTIME_DIR"] = str(log_path.parent)
+    if track:  # written pages by write protection (agent/tracking.py)
+        from dmtcp_py.agent.tracking import CRIU_ENV
+        extra[CRIU_ENV] = "1"
+    return {**os.environ, **extra} if extra else None
 
 
 class DumpSession:
@@ -51,14 +55,14 @@ class DumpSession:
     started (~4 ms here) by the time the tree, stopped meanwhile, is to be
     dumped."""
 
-    def __init__(self, log_path: Path) -> None:
+    def __init__(self, log_path: Path, track: bool = False) -> None:
         import socket  # (dumps only: a restore runs CRIU's command line)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
                 [criu_binary(), "swrk", str(theirs.fileno())],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=(theirs.fileno(),), close_fds=True, env=_criu_env(log_path))
+                pass_fds=(theirs.fileno(),), close_fds=True, env=_criu_env(log_path, track))
         except OSError as exc:
             ours.close()
             raise CriuError(f"cannot run {criu_binary()}: {exc.strerror or exc}") from None
@@ -67,7 +71,7 @@ class DumpSession:
         self.sock = ours
         self.rpc = _pycriu().criu()
         self.rpc.use_fd(ours.fileno())
-        self.log_path = log_path
+        self.log_path, self.track = log_path, track
         # criu opens these through /proc/<our pid>/fd, so they stay ours
         self.fds = [os.open(log_path.parent, os.O_DIRECTORY)]
         opts = self.rpc.opts
@@ -88,9 +92,9 @@ class DumpSession:
         # what it cannot do instead of trying
         opts.unprivileged = unprivileged()
 
-    def usable(self, log_path: Path) -> bool:
-        """Still waiting for its request, for this log."""
-        return self.proc.poll() is None and self.log_path == log_path
+    def usable(self, log_path: Path, track: bool = False) -> bool:
+        """Still waiting for its request, for this log (and tracking)."""
+        return self.proc.poll() is None and self.log_path == log_path and self.track == track
 
     def close(self) -> None:
         for fd in self.fds:
@@ -128,24 +132,33 @@ def _failure(what: str, exc: Exception, log_path: Path,
     return CriuError(f"criu {what} failed: {detail} (log: {log_path})")
 
 
-def begin_dump(log_path: Path) -> DumpSession:
-    """CRIU started for a dump to come (CriuError if it cannot run)."""
-    return DumpSession(log_path)
+def begin_dump(log_path: Path, track: bool = False) -> DumpSession:
+    """CRIU started for a dump to come (CriuError if it cannot run);
+    track: with write tracking (agent/tracking.py)."""
+    return DumpSession(log_path, track)
 
 
 def dump(root_pid: int, images_dir: Path, log_path: Path, *, leave_running: bool,
-         external: list[str], session: DumpSession | None = None) -> None:
+         external: list[str], session: DumpSession | None = None,
+         track: bool = False, parent: Path | None = None) -> None:
     """session: begin_dump's for this log_path, used and closed here
-    (one that ended meanwhile is replaced)."""
+    (one that ended meanwhile is replaced).  track: CRIU reads which pages
+    were written since the last tracked dump, and protects them again
+    (agent/tracking.py); parent: that dump's images (a directory with its
+    pagemaps), where CRIU leaves the pages not written since."""
     pycriu = _pycriu()
-    if session is not None and not session.usable(log_path):
+    if session is not None and not session.usable(log_path, track):
         session.close()
         session = None
     if session is None:
-        session = DumpSession(log_path)
+        session = DumpSession(log_path, track)
     try:
         session.fds.append(os.open(images_dir, os.O_DIRECTORY))
         session.rpc.opts.images_dir_fd = session.fds[-1]
+        if track:
+            session.rpc.opts.track_mem = True
+            if parent is not None:
+                session.rpc.opts.parent_img = str(parent)
         session.rpc.opts.pid = root_pid
         session.rpc.opts.leave_running = leave_running
         session.rpc.opts.external.extend(external)

@@ -40,6 +40,8 @@ DONE = 18
 FATE = 19
 CHILD_KILLED = 20
 PROGRAM_ENDED = 21
+TRACK = 22
+TRACKER = 23
 
 DONE_FAILED = 1 << 32      # DONE's arg: | this when the generation failed
 RESUME_RESTORED = 1 << 32  # RESUME's arg: | this after a restart

@@ -43,6 +43,8 @@ from dmtcp_py.agent.records import (
     RESUME,
     SUSPEND,
     SUSPENDED,
+    TRACK,
+    TRACKER,
     UNPARK,
     UNPARK_FD,
     UNPARKED,
@@ -84,6 +86,12 @@ class Shim:
     replies: asyncio.Queue = field(default_factory=asyncio.Queue)
     parked: list[ParkedFd] = field(default_factory=list)
     label: list | None = None  # what the coordinator is told of it (the agent fills it in)
+    tracker: int | None = None  # the userfaultfd its TRACKER carried, until taken
+
+
+def _close(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)
 
 
 async def _recv_record(sock: socket.socket) -> tuple[bytes, int | None]:
@@ -288,6 +296,9 @@ class ShimLink:
                     shim.parked.append(ParkedFd(pid, arg & 0xFFFFFFFF, bool(arg & PARK_LEADER),
                                                 socket.socket(fileno=passed)))
                     continue
+                if type_ == TRACKER and passed is not None:
+                    _close(shim.tracker)
+                    shim.tracker, passed = passed, None
                 if passed is not None:
                     os.close(passed)
                 if type_ == CHILD_KILLED and shim not in self.shims:
@@ -341,6 +352,8 @@ class ShimLink:
             sock.close()
             for item in shim.parked:
                 item.sock.close()
+            _close(shim.tracker)
+            shim.tracker = None
             shim.replies.put_nowait(None)
             if shim in self.shims:
                 self.shims.discard(shim)
@@ -433,6 +446,32 @@ class ShimLink:
 
         lefts = await asyncio.wait_for(asyncio.gather(*(one(s) for s in shims)), timeout)
         return {s.pid: left for s, left in zip(shims, lefts)}
+
+    async def trackers(self, pids: set[int], timeout: float) -> dict[int, int | str]:
+        """TRACK (processes suspended): each process of pids makes a
+        userfaultfd of its memory and hands it over (agent/tracking.py);
+        pid -> the fd (ours to close), or why it could not.  A shim that
+        does not know TRACK (an older one, brought back by its image) does
+        not answer: it is not waited for beyond timeout."""
+        shims = [s for s in self.shims if s.pid in pids]
+
+        async def one(shim: Shim) -> int | str:
+            _close(shim.tracker)
+            shim.tracker = None
+            err = await self._ask(shim, pack(TRACK), TRACKER)
+            fd, shim.tracker = shim.tracker, None
+            if fd is not None:
+                return fd
+            return "it went away" if err is None else os.strerror(err)
+
+        tasks = [asyncio.ensure_future(one(s)) for s in shims]
+        if not tasks:
+            return {}
+        done, pending = await asyncio.wait(tasks, timeout=timeout)
+        for task in pending:
+            task.cancel()
+        return {s.pid: t.result() if t in done else "its shim does not answer TRACK"
+                for s, t in zip(shims, tasks)}
 
     async def park_all(self, timeout: float) -> list[int]:
         """CHECKPOINT: every shim answers READY and closes its connection."""

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import os
 import struct
 
@@ -42,6 +43,31 @@ _SPECIAL = frozenset(("[vvar]", "[vvar_vclock]", "[vdso]", "[vsyscall]", "[uprob
 
 # CRIU's environment: count PAGE_IS_WRITTEN as dirty (scripts/criu-patches/0004)
 CRIU_ENV = "CRIU_UFFD_WP_TRACK"
+# CRIU's words when it cannot track (a CRIU without the patch, a kernel
+# that refuses the protection): the agent dumps whole generations from then on
+CRIU_REFUSALS = ("Tracking memory is not available", "Can't write-protect")
+
+
+# <linux/fs.h>: _IOWR('f', 16, struct pm_scan_arg) (Linux 6.7, with WP_ASYNC)
+PAGEMAP_SCAN = 0xC0606610
+_SCAN_ARG = struct.Struct("12Q")
+
+
+@functools.cache
+def available() -> bool:
+    """This kernel can track written pages (PAGEMAP_SCAN came with
+    UFFD_FEATURE_WP_ASYNC, in Linux 6.7): an empty scan of our own memory."""
+    try:
+        fd = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.ioctl(fd, PAGEMAP_SCAN, bytearray(_SCAN_ARG.pack(_SCAN_ARG.size, *[0] * 11)))
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 class TrackerGone(Exception):
@@ -84,7 +110,9 @@ def register(uffd: int, pid: int) -> int:
             fcntl.ioctl(uffd, UFFDIO_REGISTER, arg)
             done += 1
         except OSError as exc:
-            if exc.errno == errno.ESRCH:  # its memory is gone (exit, exec)
+            if exc.errno in (errno.ENOMEM, errno.ESRCH):
+                # the memory it was made for is gone (the process exec'd or
+                # ended, its pid maybe reused): ENOMEM here
                 raise TrackerGone(f"the memory of process {pid} is gone") from None
             # EINVAL/ENOMEM: a range that changed meanwhile, or that this
             # memory cannot be tracked in (EBUSY: the program's own
@@ -97,3 +125,52 @@ def close(uffd: int) -> None:
         os.close(uffd)
     except OSError:
         pass
+
+
+class Trackers:
+    """The userfaultfds an agent holds, one per process of its tree, and
+    the processes whose shim could make none (they are not asked again:
+    their pages are all dumped)."""
+
+    def __init__(self) -> None:
+        self.fds: dict[int, int] = {}
+        self.refused: dict[int, str] = {}
+
+    def wanted(self, pids: set[int]) -> set[int]:
+        """The processes to ask for a tracker."""
+        return {p for p in pids if p not in self.fds and p not in self.refused}
+
+    def take(self, got: dict[int, int | str]) -> dict[int, str]:
+        """What the shims answered (fd, or why not); the refusals."""
+        refused = {}
+        for pid, fd in got.items():
+            if isinstance(fd, int):
+                close(self.fds.pop(pid, -1))
+                self.fds[pid] = fd
+            else:
+                refused[pid] = self.refused[pid] = fd
+        return refused
+
+    def keep_only(self, pids: set[int]) -> None:
+        """Forget the processes that are gone."""
+        for pid in [p for p in self.fds if p not in pids]:
+            close(self.fds.pop(pid))
+        for pid in [p for p in self.refused if p not in pids]:
+            del self.refused[pid]
+
+    def register(self, pids: set[int]) -> set[int]:
+        """Register each process's ranges; the processes whose tracker
+        turned out stale (dropped: ask them again)."""
+        stale = set()
+        for pid in sorted(pids & self.fds.keys()):
+            try:
+                register(self.fds[pid], pid)
+            except TrackerGone:
+                close(self.fds.pop(pid))
+                stale.add(pid)
+        return stale
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            close(fd)
+        self.fds.clear()

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from dmtcp_py import fault_injection, logs, procfs
-from dmtcp_py.agent import criu_driver, fdtable, init_dir, records, stdio, sysv, wake
+from dmtcp_py.agent import criu_driver, fdtable, init_dir, records, stdio, sysv, tracking, wake
 from dmtcp_py.agent import tree as tree_mod
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.machine import Step, Work, WorkResult
@@ -25,7 +25,7 @@ from dmtcp_py.agent.shimlink import ShimLink
 from dmtcp_py.agent.tree import Tree
 from dmtcp_py.errors import say
 from dmtcp_py.listing import signal_name
-from dmtcp_py.paths import hostname, run_dir
+from dmtcp_py.paths import hostname, run_dir, unprivileged
 from dmtcp_py.protocol import messages
 from dmtcp_py.protocol.states import State
 
@@ -47,6 +47,9 @@ EXEC_GRACE = 0.5
 # is woken by the next (its parent is stopped by then)
 SUSPEND_PASSES = 5
 PROGRESS_EVERY = 0.25  # seconds between progress reports while CRIU writes
+# how long a process may take to hand over its tracker (an older shim that
+# does not know TRACK never answers: its pages are all dumped)
+TRACK_TIMEOUT = 1.0
 
 
 def _checkpoint():
@@ -75,6 +78,20 @@ class TreeWork:
         # generation -> the previous generations its publication moved
         # aside, until its round is over (settle_expired)
         self._expired: dict[int, list[Path]] = {}
+        # --incremental: the processes' userfaultfds (agent/tracking.py),
+        # and the generation whose dump last protected their pages (None:
+        # none did, or its images are not the published ones: the next
+        # dump has no parent)
+        self._trackers = tracking.Trackers()
+        self._tracked_since: int | None = None
+        self._tracking_refused = False  # CRIU could not track: dumps are whole again
+
+    def _tracks(self) -> bool:
+        """Dumps with write tracking: incremental generations of chunks,
+        by root (CRIU's --unprivileged is not tried with it), on a kernel
+        that has it."""
+        return (self.cfg.incremental and not self.cfg.compress and not unprivileged()
+                and not self._tracking_refused and tracking.available())
 
     async def carry_out(self, step: Step) -> WorkResult:
         """One barrier's work; a bug of ours never leaves the tree stopped."""
@@ -138,7 +155,8 @@ class TreeWork:
         exec_deadline = loop.time() + EXEC_GRACE
         self._to_park = None
         if self._criu is None:  # while the tree stops (a staying tree's goes unused)
-            self._criu = loop.run_in_executor(None, criu_driver.begin_dump, self._dump_log())
+            self._criu = loop.run_in_executor(None, criu_driver.begin_dump, self._dump_log(),
+                                              self._tracks())
         for _ in range(SUSPEND_PASSES):
             await self.bring_in(exec_deadline=exec_deadline)
             stuck = await self.shims.request_all(records.SUSPEND, records.SUSPENDED, SHIM_TIMEOUT)
@@ -154,10 +172,28 @@ class TreeWork:
             # (a test that holds the agents in DRAINED needs the round to have one)
             elect = bool(self._to_park) or inotify or self.net.holds_sockets() \
                 or fault_injection.hold_seconds(State.DRAINED) > 0
+            if self._tracks():
+                await self._track()
         await fault_injection.hold(State.SUSPENDED)
         if stuck:
             return WorkResult(error=f"processes {stuck} did not answer the suspend request")
         return WorkResult(sockets=elect)
+
+    async def _track(self) -> None:
+        """Every process's memory registered for write tracking (its
+        tracker asked for first if we hold none), while it is stopped."""
+        loop = asyncio.get_running_loop()
+        pids = set(self.shims.pids())
+        self._trackers.keep_only(pids)
+        for _ in range(2):  # a stale tracker (the process exec'd) is asked for again
+            wanted = self._trackers.wanted(pids)
+            if wanted:
+                got = await self.shims.trackers(wanted, TRACK_TIMEOUT)
+                for pid, why in self._trackers.take(got).items():
+                    log.info("process %d: its written pages cannot be tracked (%s): "
+                             "all of them are dumped", pid, why)
+            if not await loop.run_in_executor(None, self._trackers.register, pids):
+                break
 
     async def _elect(self, step: Step) -> WorkResult:
         stuck = await self.shims.request_all(records.ELECT, records.ELECTED, SHIM_TIMEOUT)
@@ -217,14 +253,23 @@ class TreeWork:
             self.tree.hold_reaping = True
             session = await self._started_criu()
             ticker = asyncio.create_task(self._report_progress(step.generation, ckpt, pids))
+            track = self._tracks()
+            since, self._tracked_since = self._tracked_since, None
+            parent = None
+            if track and not moving and since is not None:
+                parent = await loop.run_in_executor(None, ckpt.tracking_parent, since,
+                                                    self._parent_view())
             try:
                 await loop.run_in_executor(None, lambda: ckpt.dump(
                     self.tree.root_pid, self._dump_log(),
                     leave_running=moving or not step.stop, external=facts.external,
-                    follow=self._early_writeback(step, moving), session=session))
+                    follow=self._early_writeback(step, moving), session=session,
+                    track=track, parent=parent))
             finally:
                 self.tree.hold_reaping = False
                 ticker.cancel()
+            if track:  # (the pages it protected are those of this generation's images)
+                self._tracked_since = step.generation
             if not step.stop:  # (with --stop CRIU ends the tree itself, by SIGKILL)
                 _no_failure_inside(pids)
             m = await loop.run_in_executor(None, ckpt.describe, facts, self.net.table)
@@ -238,6 +283,9 @@ class TreeWork:
             self._tell_sysv_left_out(set(facts.pids))
         except (criu_driver.CriuError, OSError) as exc:
             log.error("checkpoint failed: %s", exc)
+            if any(words in str(exc) for words in tracking.CRIU_REFUSALS):
+                log.warning("write tracking turned off for this tree: %s", exc)
+                self._tracking_refused = True
             await loop.run_in_executor(None, ckpt.discard)
             return WorkResult(error=str(exc), parked=parked)
         except BaseException:
@@ -261,6 +309,10 @@ class TreeWork:
 
     def _dump_log(self) -> Path:
         return run_dir() / f"criu-dump-{self.cfg.tree_id}.log"
+
+    def _parent_view(self) -> Path:
+        """Where CRIU is shown the previous generation's pagemaps."""
+        return run_dir() / f"criu-parent-{self.cfg.tree_id}"
 
     async def _started_criu(self) -> criu_driver.DumpSession | None:
         """The CRIU begun with the round, if it could start (else the dump

@@ -94,25 +94,57 @@ class Checkpoint:
 
     def dump(self, root_pid: int, log_path: Path, *, leave_running: bool,
              external: list[str], follow: bool = False,
-             session: criu_driver.DumpSession | None = None) -> None:
+             session: criu_driver.DumpSession | None = None,
+             track: bool = False, parent: Path | None = None) -> None:
         """follow: hash the page files while CRIU writes them and start
         their writeback (images.follow); for pages that finish() seals as
         CRIU left them (not compressed, not chunked).  session: CRIU
-        started already (criu_driver.begin_dump), used and closed."""
+        started already (criu_driver.begin_dump), used and closed.  track,
+        parent: write tracking (criu_driver.dump; parent: tracking_parent's),
+        for a generation finish() stores as chunks."""
         follower = follow_pages.PageFollower(self.partial) if follow else None
         if follower is not None:
             follower.start()
         try:
             criu_driver.dump(root_pid, self.partial, log_path, leave_running=leave_running,
-                             external=external, session=session)
+                             external=external, session=session, track=track, parent=parent)
         except BaseException:
             if follower is not None:
                 follower.close()
             raise
+        finally:
+            if parent is not None:  # CRIU's link to it: the generation must stand alone
+                try:
+                    os.unlink(self.partial / PARENT_LINK)
+                except FileNotFoundError:
+                    pass
+                store.discard(parent)  # (tracking_parent's)
         if follower is not None:
             follower.stop()
             self.follower = follower
         self.steps["criu"] = time.monotonic()
+
+    def tracking_parent(self, generation: int, view: Path) -> Path | None:
+        """For a dump with write tracking whose pages were last protected
+        by the dump of `generation`: a directory that shows CRIU the
+        published generation's pagemaps (and its inventory, and an empty
+        pages file each: CRIU opens them but reads none), if the published
+        generation is that one and its chunks can be shared; else None,
+        and the dump writes every page."""
+        previous = _previous(self.final)
+        if previous is None or previous.generation != generation:
+            return None
+        from dmtcp_py.images import page_chain
+        store.discard(view)
+        view.mkdir(mode=0o700)
+        for pagemap in self.final.glob("pagemap-*.img"):
+            pm = page_chain.read_pagemap(pagemap)
+            if pm is None:
+                return None
+            os.symlink(pagemap, view / pagemap.name)
+            (view / f"pages-{pm.pages_id}.img").touch(mode=0o600)
+        os.symlink(self.final / "inventory.img", view / "inventory.img")
+        return view
 
     def written(self) -> int:
         """Bytes written so far (while CRIU dumps)."""
@@ -211,6 +243,9 @@ class Checkpoint:
         store.discard(self.partial)
         if self.set_aside is not None:
             store.discard(self.set_aside)
+
+
+PARENT_LINK = "parent"  # what CRIU names the link to a dump's parent images
 
 
 def _previous(final: Path) -> Manifest | None:

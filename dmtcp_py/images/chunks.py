@@ -66,6 +66,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+from bisect import bisect_right
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -309,6 +310,10 @@ def store(partial: Path, generation: int, previous: Path | None,
     partial, removed here."""
     index = _Index(previous, previous_manifest)
     runs = page_runs(partial)
+    # pagemaps that leave pages in the parent (a dump with write tracking)
+    tracked = _tracked_pagemaps(partial)
+    if tracked and not index:
+        raise ImageError("CRIU left pages to a previous generation that cannot share them")
     pages_files = sorted(partial.glob("pages-*.img"), key=lambda p: -p.stat().st_size)
     if index:  # out of the way of the previous generation's files, linked in
         if set_aside is not None:
@@ -325,9 +330,12 @@ def store(partial: Path, generation: int, previous: Path | None,
     with ThreadPoolExecutor(max_workers=workers) as pool, \
             ThreadPoolExecutor(max_workers=1) as flusher:
         # one file after the other, the biggest first, each on every core
-        results = [_store_one(partial, generation, p, runs.get(p.name.removeprefix(".dumped-")),
-                              index, flusher, pool, workers)
-                   for p in pages_files]
+        results = [
+            _store_one_tracked(partial, generation, p, *tracked[name], index, previous_manifest)
+            if name in tracked else
+            _store_one(partial, generation, p, runs.get(name), index, flusher, pool, workers)
+            for p in pages_files
+            for name in [p.name.removeprefix(".dumped-")]]
     for pages_name, chunks_of, quick, order, written, shared in results:
         out.data.update(chunks_of)
         out.quick.update(quick)
@@ -447,6 +455,155 @@ def _store_one(partial: Path, generation: int, pages: Path, runs, index: _Index,
             os.close(fd)
         if pages.parent == partial and pages.exists():
             pages.unlink()  # before the kernel writes it back: never on the disk
+
+
+def _tracked_pagemaps(partial: Path) -> dict[str, tuple[Path, object]]:
+    """pages-N.img -> (its pagemap's path, the pagemap) for the pagemaps
+    of partial with entries in the parent."""
+    from dmtcp_py.images import page_chain
+    out = {}
+    for path in partial.glob("pagemap*.img"):
+        pm = page_chain.read_pagemap(path)
+        if pm is not None and any(page_chain.flags_of(e) & page_chain.PE_PARENT
+                                  for e in pm.entries):
+            out[f"pages-{pm.pages_id}.img"] = (path, pm)
+    return out
+
+
+def _store_one_tracked(partial: Path, generation: int, pages: Path, pagemap: Path, pm,
+                       index: _Index, previous: Manifest):
+    """_store_one for a pages file CRIU wrote with write tracking: only the
+    written pages, the rest in the parent (images.tracked_pages).  Its
+    pagemap is made whole in partial; a chunk the parent had unchanged is
+    taken as it is (not read, not hashed), any other is put together,
+    hashed, and shared or written as a dumped one would be."""
+    from dmtcp_py.images import page_chain as pc, tracked_pages as tp
+    assert index.directory is not None
+    parent_pm = pc.read_pagemap(index.directory / pagemap.name)
+    if parent_pm is None or f"pages-{parent_pm.pages_id}.img" not in previous.pages:
+        raise ImageError(f"{pagemap.name}: CRIU left pages to a previous generation that "
+                         "does not hold them")
+    entries = [(e.vaddr, pc.pages_of(e) * PAGE, pc.flags_of(e)) for e in parent_pm.entries
+               if pc.present(e)]
+    lengths_by_file = lengths_of(previous.data)
+    order = previous.pages[f"pages-{parent_pm.pages_id}.img"]
+    parent_runs = [(a, n) for a, n, _ in entries]
+    placed = tp.placed_chunks(
+        tp.chunk_spans(parent_runs, [lengths_by_file[f][i] for f, i in order]),
+        order, lengths_by_file)
+    addrs = [c.addr for c in placed]
+    by_span = {(c.addr, c.length): c for c in placed}
+    entry_addrs = [a for a, _, _ in entries]
+
+    def parent_flags(addr: int) -> int:
+        k = bisect_right(entry_addrs, addr) - 1
+        return entries[k][2] if k >= 0 else 0
+
+    cuts = sorted({a for a, _, _ in entries} | {a + n for a, n, _ in entries})
+    whole, parts = tp.whole_entries(
+        [(e.vaddr, pc.pages_of(e) * PAGE, pc.flags_of(e)) for e in pm.entries], parent_flags,
+        cuts)
+    runs = [(a, n) for a, n, _ in whole]
+    lengths = cut(sum(n for _, n in runs), runs)
+    spans = tp.chunk_spans(runs, lengths) if runs else []
+    pages_name = f"pages-{pm.pages_id}.img"
+    own = f"{pages_name[:-len('.img')]}-g{generation}.img"
+
+    sources: dict[str | None, int] = {}
+
+    def fd_of(source: str | None) -> int:
+        if source not in sources:
+            sources[source] = os.open(pages if source is None else index.directory / source,
+                                      os.O_RDONLY | os.O_CLOEXEC)
+        return sources[source]
+
+    def read(pieces_: list) -> bytearray:
+        buf = bytearray(sum(p.length for p in pieces_))
+        at = 0
+        for p in pieces_:
+            view = memoryview(buf)[at:at + p.length]
+            got = 0
+            while got < p.length:
+                n = os.preadv(fd_of(p.source), [view[got:]], p.offset + got)
+                if n <= 0:
+                    raise ImageError(f"{pagemap.name}: a pages file is shorter than its pagemap")
+                got += n
+            at += p.length
+        return buf
+
+    new: list[list] = []
+    new_quick: list[str] = []
+    positions: dict[str, tuple[str, int]] = {}  # digest -> (file, index) in this generation
+    # per chunk: its digest, and where its bytes are if it must be copied later
+    chunk_digests: list[tuple[int, str, list]] = []
+    written = shared = 0
+    out = os.open(partial / own, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        part_at = 0
+        for addr, n in spans:
+            pieces_, part_at = tp.pieces(addr, n, parts, part_at, placed, addrs)
+            same = tp.reused(pieces_, addr, n, by_span)
+            if same is not None:
+                digest = previous.data[same.file][same.index][1]
+            else:
+                buf = read(pieces_)
+                digest = chunk_hasher(ALGORITHM, buf).hexdigest()
+                if digest not in index.where and digest not in positions:
+                    _write_all(out, buf)
+                    positions[digest] = (own, len(new))
+                    new.append([n, digest])
+                    new_quick.append(chunk_hasher(QUICK, buf).hexdigest())
+                    written += n
+            chunk_digests.append((n, digest, pieces_))
+        # which old data files are worth keeping alive (as _store_one)
+        live: dict[str, int] = {}
+        for d in {d for _, d, _ in chunk_digests if d in index.where and d not in positions}:
+            name, _, n = index.where[d]
+            live[name] = live.get(name, 0) + n
+        keep = {name for name, n in live.items() if 2 * n >= index.sizes[name]}
+        chunks: dict[str, list[list]] = {name: [] for name in sorted(keep)}
+        for name in sorted(keep):
+            for i, (n, d) in enumerate(index.chunk_lists[name]):
+                positions.setdefault(d, (name, i))
+                chunks[name].append([n, d])
+            index.link(name, partial)
+        order_out = []
+        for n, d, pieces_ in chunk_digests:
+            if d not in positions:  # in an old data file not kept: copied again
+                name, offset, _ = index.where[d]
+                buf = read([tp.Piece(n, name, offset)])
+                _write_all(out, buf)
+                positions[d] = (own, len(new))
+                new.append([n, d])
+                new_quick.append(chunk_hasher(QUICK, buf).hexdigest())
+                written += n
+            elif positions[d][0] != own:
+                shared += n
+            order_out.append(list(positions[d]))
+        os.fsync(out)
+    finally:
+        os.close(out)
+        for fd in sources.values():
+            os.close(fd)
+    quick = {name: index.quick[name] for name in keep if name in index.quick}
+    if new:
+        chunks[own] = new
+        quick[own] = list_digest(new_quick, QUICK)
+    else:
+        os.unlink(partial / own)
+    whole_map = pagemap.with_name(f".whole-{pagemap.name}")
+    pc.write_pagemap(whole_map, pm.prefix, pm.pages_id,
+                     [pc.Entry(a, n, f) for a, n, f in whole])
+    os.replace(whole_map, pagemap)
+    if pages.parent == partial and pages.exists():
+        pages.unlink()
+    return pages_name, chunks, quick, order_out, written, shared
+
+
+def _write_all(fd: int, data) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _copy(src: int, offset: int, dst: int, n: int) -> None:

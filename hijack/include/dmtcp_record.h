@@ -41,6 +41,13 @@
  *                             generation, | DMTCP_RESUME_RESTORED after a
  *                             restart (then the program's hooks run)
  *
+ *   agent -> TRACK            (--incremental; only while suspended) shim
+ *                             makes a userfaultfd of its memory in
+ *                             asynchronous write-protect mode and answers
+ *                             TRACKER carrying it (SCM_RIGHTS; arg 0), or
+ *                             without it (arg: the errno); it keeps no
+ *                             copy (dmtcp_py/agent/tracking.py)
+ *
  *   agent -> DONE             the generation is complete (or failed): see
  *                             DMTCP_DONE_FAILED; no answer
  *   agent -> FATE             arg 1: if the agent goes away (its
@@ -127,6 +134,8 @@ enum dmtcp_record_type {
     DMTCP_REC_FATE = 19,
     DMTCP_REC_CHILD_KILLED = 20,
     DMTCP_REC_PROGRAM_ENDED = 21,
+    DMTCP_REC_TRACK = 22,
+    DMTCP_REC_TRACKER = 23,
 };
 
 /* DONE's arg (agent -> shim, no answer): the generation whose images are

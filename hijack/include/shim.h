@@ -152,6 +152,9 @@ void mqueue_note_notify(mqd_t fd, const struct sigevent *sev); /* mq_notify succ
 void timers_save(void);   /* SUSPEND, once every thread is stopped */
 void timers_resume(void); /* RESUME: an expired alarm's SIGALRM, sent again if lost */
 
+/* tracker.c */
+int tracker_make(void); /* TRACK: a userfaultfd for the agent, or -errno */
+
 /* inotify.c: the events queued on inotify instances, kept across a
  * checkpoint (see there).  Checkpoint thread, program suspended: */
 void inotify_save(void);         /* SUSPEND, after fdowner_save: the instances this process reads, claimed */

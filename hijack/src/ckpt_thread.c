@@ -193,6 +193,15 @@ static enum outcome obey(int fd, const struct dmtcp_record *rec, int passed)
             return LOST;
         api_after_resume(rec->arg); /* hooks run with the threads going */
         return GO_ON;
+    case DMTCP_REC_TRACK: {
+        int made = tracker_make(), sent;
+
+        if (made < 0)
+            return channel_send(fd, DMTCP_REC_TRACKER, (uint64_t)-made) < 0 ? LOST : GO_ON;
+        sent = channel_send_fd(fd, DMTCP_REC_TRACKER, 0, made);
+        channel_close(made); /* the agent's copy is the one */
+        return sent < 0 ? LOST : GO_ON;
+    }
     case DMTCP_REC_DONE:
         api_generation_done(rec->arg);
         return GO_ON;

@@ -105,6 +105,34 @@ def test_the_second_generation_writes_only_what_changed(two_generations):
     assert set(m2["files"]) == files == set(m2["blake3"])
 
 
+def _dumped_bytes(out: str) -> int:
+    """The bytes CRIU dumped, as `dmtcp-command -bc` says them."""
+    return int(out.split(" bytes")[0].rsplit(" ", 1)[1])
+
+
+def test_written_pages_only_are_dumped_generation_after_generation(comp, programs, tmp_path):
+    """With write tracking (agent/tracking.py) CRIU dumps only the pages
+    written since the previous generation, which are its parent; each
+    generation is made whole again, so a chain of them restarts, and the
+    program restarted from the third finds every word of its memory."""
+    prog = MemProgram(comp, programs, tmp_path)
+    full = _dumped_bytes(comp.checkpoint())
+    assert full >= MIB << 20
+    for generation in (2, 3):
+        prog.write()
+        dumped = _dumped_bytes(comp.checkpoint())
+        assert dumped <= full // 10, (generation, dumped, full)
+    comp.kill_and_wait(prog.proc)
+    newest = comp.images()[0]
+    m = json.loads((newest / "manifest.json").read_text())
+    assert m["generation"] == 3
+    assert not (newest / "parent").exists(), "CRIU's link to the parent was left in the image"
+    assert new_bytes(newest, newest.with_name(newest.name + ".gen-2")) <= pages_bytes(newest) // 10
+    proc, out = restart(comp, newest)
+    assert prog.check(out) == "ok 2"
+    comp.kill_and_wait(proc)
+
+
 def test_the_newest_and_the_previous_generation_both_restart(comp, two_generations):
     prog, newest, _ = two_generations
     proc, out = restart(comp, newest)

@@ -1,0 +1,164 @@
+"""A dump that left its unwritten pages in its parent, made whole again:
+pure (no I/O; images.chunks reads and writes).
+
+With write tracking (agent/tracking.py) CRIU dumps only the pages a
+process wrote since the previous generation; its pagemap says of the
+others "in the parent" (PE_PARENT), and its pages file holds only the
+written ones.  Every generation must stay restartable on its own, so the
+generation's pagemap is written whole again (every entry present), and its
+memory is kept as chunks like any other incremental generation's
+(images.chunks): a chunk all of whose pages are in the parent at the place
+of one of the parent's chunks is that chunk (its digest is known: nothing
+is read or hashed); any other chunk is put together from CRIU's new pages
+and the parent's data files, then hashed and stored like a dumped one.
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import NamedTuple
+
+from dmtcp_py.images.page_chain import PE_LAZY, PE_PARENT, PE_PRESENT
+
+
+class Part(NamedTuple):
+    """Bytes of the new generation's memory, in address order."""
+    addr: int
+    length: int
+    new_offset: int | None   # where in CRIU's new pages file; None: in the parent
+
+
+class Piece(NamedTuple):
+    """Where the bytes of a part of a chunk are read from."""
+    length: int
+    source: str | None       # a data file of the parent; None: CRIU's new pages file
+    offset: int
+
+
+class Placed(NamedTuple):
+    """One chunk of the parent: its addresses and where its bytes are."""
+    addr: int
+    length: int
+    file: str
+    index: int               # its place in file's chunks (the manifest's `data`)
+    offset: int              # its first byte in file
+
+
+def whole_entries(entries: list[tuple[int, int, int]], parent_flags,
+                  cuts: list[int]) -> tuple[list[tuple[int, int, int]], list[Part]]:
+    """CRIU's pagemap entries (address, bytes, flags) made whole: every
+    one present (PE_LAZY as the parent had it: parent_flags(address)),
+    cut where the parent's entries were cut (cuts: their first and end
+    addresses, sorted) and nowhere else (a chunk never spans two entries:
+    where the memory did not change, the generation's chunks are then its
+    parent's, whatever the written pages did to CRIU's entries); and the
+    parts of memory they hold, each from the new pages file or from the
+    parent."""
+    whole: list[tuple[int, int, int]] = []
+    parts: list[Part] = []
+    offset = 0
+    for addr, length, flags in entries:
+        if flags & PE_PARENT:
+            flags, source = PE_PRESENT | (parent_flags(addr) & PE_LAZY), None
+        elif flags & PE_PRESENT:
+            source = offset
+            offset += length
+        else:
+            continue  # (no pages: a zero or a lazy-only entry)
+        if whole and whole[-1][0] + whole[-1][1] == addr and whole[-1][2] == flags:
+            whole[-1] = (whole[-1][0], whole[-1][1] + length, flags)
+        else:
+            whole.append((addr, length, flags))
+        if parts and parts[-1].addr + parts[-1].length == addr and \
+                (parts[-1].new_offset is None) == (source is None) and \
+                (source is None or parts[-1].new_offset + parts[-1].length == source):
+            parts[-1] = parts[-1]._replace(length=parts[-1].length + length)
+        else:
+            parts.append(Part(addr, length, source))
+    return _cut_at(whole, cuts), parts
+
+
+def _cut_at(entries: list[tuple[int, int, int]], cuts: list[int]) -> list[tuple[int, int, int]]:
+    out = []
+    for addr, length, flags in entries:
+        end = addr + length
+        k = bisect_right(cuts, addr)
+        while k < len(cuts) and cuts[k] < end:
+            out.append((addr, cuts[k] - addr, flags))
+            addr = cuts[k]
+            k += 1
+        out.append((addr, end - addr, flags))
+    return out
+
+
+def chunk_spans(runs: list[tuple[int, int]], lengths: list[int]) -> list[tuple[int, int]]:
+    """(address, length) of each chunk of a pages file cut into lengths
+    (images.chunks.cut) over its runs."""
+    spans, i, used = [], 0, 0
+    for n in lengths:
+        while runs[i][1] == used:
+            i, used = i + 1, 0
+        spans.append((runs[i][0] + used, n))
+        used += n
+    return spans
+
+
+def placed_chunks(spans: list[tuple[int, int]], order: list[list],
+                  lengths: dict[str, list[int]]) -> list[Placed]:
+    """The parent's chunks of one pages file, in address order: spans
+    (chunk_spans) with the manifest's order ([data file, index] each) and
+    each data file's chunk lengths."""
+    starts: dict[str, list[int]] = {}
+    for name, ls in lengths.items():
+        at, offsets = 0, []
+        for n in ls:
+            offsets.append(at)
+            at += n
+        starts[name] = offsets
+    out = [Placed(addr, n, str(file), int(index), starts[str(file)][int(index)])
+           for (addr, n), (file, index) in zip(spans, order)]
+    return sorted(out)
+
+
+def pieces(addr: int, length: int, parts: list[Part], part_at: int,
+           parent: list[Placed], parent_addrs: list[int]) -> tuple[list[Piece], int]:
+    """Where the bytes of the chunk [addr, addr + length) come from, given
+    the parts (from part_at on, the first that reaches addr); and the
+    index of the part where the next chunk starts.  KeyError: the parent
+    holds no page at an address CRIU left to it."""
+    out: list[Piece] = []
+    end = addr + length
+    while addr < end:
+        part = parts[part_at]
+        if part.addr + part.length <= addr:
+            part_at += 1
+            continue
+        n = min(end, part.addr + part.length) - addr
+        if part.new_offset is not None:
+            out.append(Piece(n, None, part.new_offset + addr - part.addr))
+        else:
+            out.extend(_from_parent(addr, n, parent, parent_addrs))
+        addr += n
+    return out, part_at
+
+
+def _from_parent(addr: int, length: int, parent: list[Placed],
+                 parent_addrs: list[int]) -> list[Piece]:
+    out = []
+    while length > 0:
+        k = bisect_right(parent_addrs, addr) - 1
+        if k < 0 or parent[k].addr + parent[k].length <= addr:
+            raise KeyError(f"no page at {addr:#x} in the previous generation")
+        c = parent[k]
+        n = min(length, c.addr + c.length - addr)
+        out.append(Piece(n, c.file, c.offset + addr - c.addr))
+        addr, length = addr + n, length - n
+    return out
+
+
+def reused(pieces_: list[Piece], addr: int, length: int,
+           by_span: dict[tuple[int, int], Placed]) -> Placed | None:
+    """The parent's chunk this one is, unchanged: all its bytes in the
+    parent, where one of the parent's chunks had exactly its addresses."""
+    if any(p.source is None for p in pieces_):
+        return None
+    return by_span.get((addr, length))
