@@ -67,6 +67,7 @@ import errno
 import os
 import threading
 from bisect import bisect_right
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -204,6 +205,8 @@ def cut(size: int, runs: list[tuple[int, int]] | None) -> list[int]:
 # (blake3 lets go of the GIL): 1 GiB took 0.17-0.27 s on two threads here
 # against 0.32-0.38 s on one.
 PARALLEL_FROM = 8 << 20
+# a tracked dump's changed chunks hashed ahead of the one being stored
+HASH_AHEAD = 8
 _buffers = threading.local()
 
 
@@ -331,7 +334,8 @@ def store(partial: Path, generation: int, previous: Path | None,
             ThreadPoolExecutor(max_workers=1) as flusher:
         # one file after the other, the biggest first, each on every core
         results = [
-            _store_one_tracked(partial, generation, p, *tracked[name], index, previous_manifest)
+            _store_one_tracked(partial, generation, p, *tracked[name], index, previous_manifest,
+                               pool)
             if name in tracked else
             _store_one(partial, generation, p, runs.get(name), index, flusher, pool, workers)
             for p in pages_files
@@ -471,7 +475,7 @@ def _tracked_pagemaps(partial: Path) -> dict[str, tuple[Path, object]]:
 
 
 def _store_one_tracked(partial: Path, generation: int, pages: Path, pagemap: Path, pm,
-                       index: _Index, previous: Manifest):
+                       index: _Index, previous: Manifest, pool: Executor):
     """_store_one for a pages file CRIU wrote with write tracking: only the
     written pages, the rest in the parent (images.tracked_pages).  Its
     pagemap is made whole in partial; a chunk the parent had unchanged is
@@ -510,12 +514,14 @@ def _store_one_tracked(partial: Path, generation: int, pages: Path, pagemap: Pat
     own = f"{pages_name[:-len('.img')]}-g{generation}.img"
 
     sources: dict[str | None, int] = {}
+    opening = threading.Lock()
 
     def fd_of(source: str | None) -> int:
-        if source not in sources:
-            sources[source] = os.open(pages if source is None else index.directory / source,
-                                      os.O_RDONLY | os.O_CLOEXEC)
-        return sources[source]
+        with opening:
+            if source not in sources:
+                sources[source] = os.open(pages if source is None else index.directory / source,
+                                          os.O_RDONLY | os.O_CLOEXEC)
+            return sources[source]
 
     def read(pieces_: list) -> bytearray:
         buf = bytearray(sum(p.length for p in pieces_))
@@ -531,30 +537,62 @@ def _store_one_tracked(partial: Path, generation: int, pages: Path, pagemap: Pat
             at += p.length
         return buf
 
+    def hashed(pieces_: list) -> tuple[str, str, bytearray | None]:
+        """A chunk's two digests; its bytes too if they must be written
+        from memory (a chunk all in CRIU's new file is copied in the kernel)."""
+        if len(pieces_) == 1 and pieces_[0].source is None:
+            (d, q), = _hash_range(fd_of(None), pieces_[0].offset, [pieces_[0].length],
+                                  (ALGORITHM, QUICK))
+            return d, q, None
+        buf = read(pieces_)
+        return (chunk_hasher(ALGORITHM, buf).hexdigest(), chunk_hasher(QUICK, buf).hexdigest(),
+                buf)
+
     new: list[list] = []
     new_quick: list[str] = []
     positions: dict[str, tuple[str, int]] = {}  # digest -> (file, index) in this generation
-    # per chunk: its digest, and where its bytes are if it must be copied later
+    # per chunk: its length, digest and pieces (where its bytes are)
     chunk_digests: list[tuple[int, str, list]] = []
     written = shared = 0
     out = os.open(partial / own, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
         part_at = 0
-        for addr, n in spans:
-            pieces_, part_at = tp.pieces(addr, n, parts, part_at, placed, addrs)
-            same = tp.reused(pieces_, addr, n, by_span)
-            if same is not None:
-                digest = previous.data[same.file][same.index][1]
+        ahead: deque = deque()  # chunks whose hashing was begun, in order
+
+        def take_one() -> None:
+            nonlocal written
+            n, pieces_, known = ahead.popleft()
+            if isinstance(known, str):
+                digest = known
             else:
-                buf = read(pieces_)
-                digest = chunk_hasher(ALGORITHM, buf).hexdigest()
+                digest, quick_digest, buf = known.result()
                 if digest not in index.where and digest not in positions:
-                    _write_all(out, buf)
+                    if buf is None:
+                        _copy(fd_of(None), pieces_[0].offset, out, n)
+                    else:
+                        _write_all(out, buf)
                     positions[digest] = (own, len(new))
                     new.append([n, digest])
-                    new_quick.append(chunk_hasher(QUICK, buf).hexdigest())
+                    new_quick.append(quick_digest)
                     written += n
             chunk_digests.append((n, digest, pieces_))
+
+        try:
+            for addr, n in spans:
+                pieces_, part_at = tp.pieces(addr, n, parts, part_at, placed, addrs)
+                same = tp.reused(pieces_, addr, n, by_span)
+                # the chunks that changed are hashed on every core (blake3
+                # lets go of the GIL), a few ahead: their bytes wait in memory
+                ahead.append((n, pieces_, previous.data[same.file][same.index][1]
+                              if same is not None else pool.submit(hashed, pieces_)))
+                if len(ahead) > HASH_AHEAD:
+                    take_one()
+            while ahead:
+                take_one()
+        finally:
+            for _, _, known in ahead:  # (a failure: none may read a closed fd)
+                if not isinstance(known, str) and not known.cancel():
+                    known.exception()
         # which old data files are worth keeping alive (as _store_one)
         live: dict[str, int] = {}
         for d in {d for _, d, _ in chunk_digests if d in index.where and d not in positions}:

@@ -1,0 +1,70 @@
+"""images/tracked_pages.py: a dump with pages left in its parent, made whole."""
+from __future__ import annotations
+
+import pytest
+
+from dmtcp_py.images.chunks import CHUNK, cut
+from dmtcp_py.images.page_chain import PE_LAZY, PE_PARENT, PE_PRESENT
+from dmtcp_py.images.tracked_pages import (Part, Piece, Placed, chunk_spans, pieces,
+                                           placed_chunks, reused, whole_entries)
+
+P = 4096
+A = 0x7F0000000000 + 2 * P  # not at a chunk boundary, like CRIU's pipe-sized entries
+LAZY = PE_PRESENT | PE_LAZY
+
+
+def test_the_whole_pagemap_is_cut_where_the_parent_was_and_nowhere_else():
+    # the parent: two entries, split where CRIU's page pipe was full
+    cuts = [A, A + 254 * P, A + 510 * P]
+    crius = [(A, 10 * P, PE_PARENT), (A + 10 * P, 2 * P, LAZY),   # two pages written
+             (A + 12 * P, 498 * P, PE_PARENT)]
+    whole, parts = whole_entries(crius, lambda addr: LAZY, cuts)
+    assert whole == [(A, 254 * P, LAZY), (A + 254 * P, 256 * P, LAZY)]
+    assert parts == [Part(A, 10 * P, None), Part(A + 10 * P, 2 * P, 0),
+                     Part(A + 12 * P, 498 * P, None)]
+
+
+def test_written_neighbours_are_one_part_and_offsets_follow_the_new_file():
+    crius = [(A, P, PE_PRESENT), (A + P, P, PE_PRESENT), (A + 5 * P, P, PE_PRESENT),
+             (A + 6 * P, 2 * P, PE_PARENT)]
+    whole, parts = whole_entries(crius, lambda addr: 0, [A, A + 2 * P, A + 5 * P, A + 8 * P])
+    assert parts == [Part(A, 2 * P, 0), Part(A + 5 * P, P, 2 * P), Part(A + 6 * P, 2 * P, None)]
+    # the parent had no PE_LAZY there: neither has the whole entry
+    assert whole == [(A, 2 * P, PE_PRESENT), (A + 5 * P, 3 * P, PE_PRESENT)]
+
+
+def _parent(runs, order, lengths):
+    spans = chunk_spans(runs, [lengths[f][i] for f, i in order])
+    placed = placed_chunks(spans, order, lengths)
+    return placed, [c.addr for c in placed], {(c.addr, c.length): c for c in placed}
+
+
+def test_a_chunk_unchanged_in_the_parent_is_the_parents_chunk():
+    runs = [(A, 3 * CHUNK)]
+    lengths = cut(3 * CHUNK, runs)
+    assert lengths[0] == CHUNK - 2 * P  # cut at the address's chunk boundary
+    # data file "d": the chunks in another order than their addresses
+    order = [["d", 1], ["d", 0], ["d", 2], ["d", 3]]
+    files = {"d": [lengths[1], lengths[0], lengths[2], lengths[3]]}
+    placed, addrs, by_span = _parent(runs, order, files)
+    assert placed[0] == Placed(A, lengths[0], "d", 1, lengths[1])
+    parts = [Part(A, CHUNK - 2 * P, None), Part(A + CHUNK - 2 * P, P, 0),
+             Part(A + CHUNK - P, 2 * CHUNK + P, None)]
+    spans = chunk_spans(runs, lengths)
+    got, at = [], 0
+    for addr, n in spans:
+        ps, at = pieces(addr, n, parts, at, placed, addrs)
+        got.append((ps, reused(ps, addr, n, by_span)))
+    first, second = got[0], got[1]
+    assert first[1] == placed[0]                    # untouched: taken as it was
+    assert second[1] is None                        # one page written in it
+    assert second[0] == [Piece(P, None, 0),          # from CRIU's new pages file
+                         Piece(CHUNK - P, "d", P)]  # the rest, where the parent had it
+    assert all(r is not None for _, r in got[2:])
+
+
+def test_a_page_the_parent_does_not_hold_is_an_error():
+    runs = [(A, 2 * P)]
+    placed, addrs, _ = _parent(runs, [["d", 0]], {"d": [2 * P]})
+    with pytest.raises(KeyError):
+        pieces(A, 4 * P, [Part(A, 4 * P, None)], 0, placed, addrs)
