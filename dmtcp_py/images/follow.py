@@ -37,7 +37,7 @@ WB_BATCH = 8 << 20        # bytes hashed before their writeback is started
 _libc: ctypes.CDLL | None = None
 
 
-def _start_writeback(fd: int, offset: int, length: int) -> None:
+def start_writeback(fd: int, offset: int, length: int) -> None:
     """Start writing the range to the disk; do not wait (the fsync will)."""
     global _libc
     if _libc is None:
@@ -63,7 +63,7 @@ class Followed:
         before = self.hashed
         self.hashed += integrity.hash_more(self.fd, self.hash)
         if writeback and self.hashed - self.flushed >= WB_BATCH:
-            _start_writeback(self.fd, self.flushed, self.hashed - self.flushed)
+            start_writeback(self.fd, self.flushed, self.hashed - self.flushed)
             self.flushed = self.hashed
         return self.hashed - before
 
