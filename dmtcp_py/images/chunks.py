@@ -405,13 +405,8 @@ def _store_one(partial: Path, generation: int, pages: Path, runs, index: _Index,
     try:
         both = hash_chunks(fd, lengths, pool, workers)
         digests = [d for d, _ in both]
-        # which old data files are worth keeping alive
-        live: dict[str, int] = {}
-        for d in set(digests):
-            if d in index.where:
-                name, _, n = index.where[d]
-                live[name] = live.get(name, 0) + n
-        keep = {name for name, n in live.items() if 2 * n >= index.sizes[name]}
+        positions: dict[str, tuple[str, int]] = {}  # digest -> (file, index) in this generation
+        keep, chunks = _keep_shared(index, set(digests), partial, positions)
         if not keep:  # nothing shared: all of CRIU's file is new
             os.close(fd)
             fd = -1
@@ -419,13 +414,6 @@ def _store_one(partial: Path, generation: int, pages: Path, runs, index: _Index,
             return (pages_name, {own: [[n, d] for n, d in zip(lengths, digests)]},
                     {own: list_digest([q for _, q in both], QUICK)},
                     [[own, i] for i in range(len(lengths))], size, 0)
-        chunks: dict[str, list[list]] = {name: [] for name in sorted(keep)}
-        positions: dict[str, tuple[str, int]] = {}  # digest -> (file, index) in this generation
-        for name in sorted(keep):
-            for i, (n, d) in enumerate(index.chunk_lists[name]):
-                positions.setdefault(d, (name, i))
-                chunks[name].append([n, d])
-            index.link(name, partial)
         new: list[list] = []
         new_quick: list[str] = []
         order, written, shared = [], 0, 0
@@ -447,18 +435,48 @@ def _store_one(partial: Path, generation: int, pages: Path, runs, index: _Index,
             os.fsync(out)
         finally:
             os.close(out)
-        quick = {name: index.quick[name] for name in keep if name in index.quick}
-        if new:
-            chunks[own] = new
-            quick[own] = list_digest(new_quick, QUICK)
-        else:
-            os.unlink(partial / own)
+        quick = _own_file(partial, own, new, new_quick, index, keep, chunks)
         return pages_name, chunks, quick, order, written, shared
     finally:
         if fd >= 0:
             os.close(fd)
         if pages.parent == partial and pages.exists():
             pages.unlink()  # before the kernel writes it back: never on the disk
+
+
+def _keep_shared(index: _Index, digests: set[str], partial: Path,
+                 positions: dict[str, tuple[str, int]]) -> tuple[set[str], dict[str, list[list]]]:
+    """The previous generation's data files worth keeping alive for the
+    chunks of these digests (at least half of a file's bytes live), hard-
+    linked into partial, their chunks put into positions (digest -> (file,
+    index)) where not there yet: (their names, their chunk lists)."""
+    live: dict[str, int] = {}
+    for d in digests:
+        if d in index.where:
+            name, _, n = index.where[d]
+            live[name] = live.get(name, 0) + n
+    keep = {name for name, n in live.items() if 2 * n >= index.sizes[name]}
+    chunks: dict[str, list[list]] = {}
+    for name in sorted(keep):
+        chunks[name] = []
+        for i, (n, d) in enumerate(index.chunk_lists[name]):
+            positions.setdefault(d, (name, i))
+            chunks[name].append([n, d])
+        index.link(name, partial)
+    return keep, chunks
+
+
+def _own_file(partial: Path, own: str, new: list[list], new_quick: list[str], index: _Index,
+              keep: set[str], chunks: dict[str, list[list]]) -> dict[str, str]:
+    """The generation's new data file listed in chunks (or removed, if it
+    got no chunk): the QUICK digests of the data files it holds."""
+    quick = {name: index.quick[name] for name in keep if name in index.quick}
+    if new:
+        chunks[own] = new
+        quick[own] = list_digest(new_quick, QUICK)
+    else:
+        os.unlink(partial / own)
+    return quick
 
 
 def _tracked_pagemaps(partial: Path) -> dict[str, tuple[Path, object]]:
@@ -596,18 +614,8 @@ def _store_one_tracked(partial: Path, generation: int, pages: Path, pagemap: Pat
             for _, _, known in ahead:  # (a failure: none may read a closed fd)
                 if not isinstance(known, str) and not known.cancel():
                     known.exception()
-        # which old data files are worth keeping alive (as _store_one)
-        live: dict[str, int] = {}
-        for d in {d for _, d, _ in chunk_digests if d in index.where and d not in positions}:
-            name, _, n = index.where[d]
-            live[name] = live.get(name, 0) + n
-        keep = {name for name, n in live.items() if 2 * n >= index.sizes[name]}
-        chunks: dict[str, list[list]] = {name: [] for name in sorted(keep)}
-        for name in sorted(keep):
-            for i, (n, d) in enumerate(index.chunk_lists[name]):
-                positions.setdefault(d, (name, i))
-                chunks[name].append([n, d])
-            index.link(name, partial)
+        keep, chunks = _keep_shared(index, {d for _, d, _ in chunk_digests if d not in positions},
+                                    partial, positions)
         order_out = []
         for n, d, pieces_ in chunk_digests:
             if d not in positions:  # in an old data file not kept: copied again
@@ -626,12 +634,7 @@ def _store_one_tracked(partial: Path, generation: int, pages: Path, pagemap: Pat
         os.close(out)
         for fd in sources.values():
             os.close(fd)
-    quick = {name: index.quick[name] for name in keep if name in index.quick}
-    if new:
-        chunks[own] = new
-        quick[own] = list_digest(new_quick, QUICK)
-    else:
-        os.unlink(partial / own)
+    quick = _own_file(partial, own, new, new_quick, index, keep, chunks)
     whole_map = pagemap.with_name(f".whole-{pagemap.name}")
     pc.write_pagemap(whole_map, pm.prefix, pm.pages_id,
                      [pc.Entry(a, n, f) for a, n, f in whole])
