@@ -500,7 +500,7 @@ def _store_one_tracked(partial: Path, generation: int, pages: Path, pagemap: Pat
     taken as it is (not read, not hashed), any other is put together,
     hashed, and shared or written as a dumped one would be."""
     from dmtcp_py.images import page_chain as pc, tracked_pages as tp
-    from dmtcp_py.images.follow import start_writeback
+    from dmtcp_py.images.writeback import start_writeback
     assert index.directory is not None
     parent_pm = pc.read_pagemap(index.directory / pagemap.name)
     if parent_pm is None or f"pages-{parent_pm.pages_id}.img" not in previous.pages:

@@ -23,29 +23,15 @@ only when the program's stop does not matter (tree_work._early_writeback).
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 from pathlib import Path
 
 from dmtcp_py.images import integrity
+from dmtcp_py.images.writeback import start_writeback
 
 POLL = 0.005              # seconds between looks at a directory with nothing new
-_SYNC_FILE_RANGE_WRITE = 2
 WB_BATCH = 8 << 20        # bytes hashed before their writeback is started
-
-_libc: ctypes.CDLL | None = None
-
-
-def start_writeback(fd: int, offset: int, length: int) -> None:
-    """Start writing the range to the disk; do not wait (the fsync will)."""
-    global _libc
-    if _libc is None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
-                                         ctypes.c_uint]
-        _libc = libc
-    _libc.sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)  # a hint: errors ignored
 
 
 class Followed:
