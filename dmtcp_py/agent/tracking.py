@@ -114,9 +114,9 @@ def register(uffd: int, pid: int) -> int:
                 # the memory it was made for is gone (the process exec'd or
                 # ended, its pid maybe reused): ENOMEM here
                 raise TrackerGone(f"the memory of process {pid} is gone") from None
-            # EINVAL/ENOMEM: a range that changed meanwhile, or that this
-            # memory cannot be tracked in (EBUSY: the program's own
-            # userfaultfd has it): left untracked
+            # EINVAL: a range that changed meanwhile, or that this memory
+            # cannot be tracked in; EBUSY: the program's own userfaultfd
+            # has it: left untracked
     return done
 
 
@@ -145,7 +145,8 @@ class Trackers:
         refused = {}
         for pid, fd in got.items():
             if isinstance(fd, int):
-                close(self.fds.pop(pid, -1))
+                if pid in self.fds:
+                    close(self.fds[pid])
                 self.fds[pid] = fd
             else:
                 refused[pid] = self.refused[pid] = fd
@@ -169,8 +170,3 @@ class Trackers:
                 close(self.fds.pop(pid))
                 stale.add(pid)
         return stale
-
-    def close(self) -> None:
-        for fd in self.fds.values():
-            close(fd)
-        self.fds.clear()

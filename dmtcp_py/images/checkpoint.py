@@ -140,6 +140,7 @@ class Checkpoint:
         for pagemap in self.final.glob("pagemap-*.img"):
             pm = page_chain.read_pagemap(pagemap)
             if pm is None:
+                store.discard(view)
                 return None
             os.symlink(pagemap, view / pagemap.name)
             (view / f"pages-{pm.pages_id}.img").touch(mode=0o600)

@@ -164,26 +164,29 @@ def lengths_of(data: dict) -> dict[str, list[int]]:
 
 # ---- cutting CRIU's pages files --------------------------------------------------------
 
-def _runs(pagemap: Path) -> tuple[int, list[tuple[int, int]]] | None:
-    """(pages id, [(address, bytes)] of the pages in pages-<id>.img, in
-    file order) of one pagemap image; None if it cannot be read."""
+def _pagemaps(directory: Path) -> dict[str, tuple[Path, object]]:
+    """pages-N.img -> (its pagemap's path, the pagemap read), for every
+    pagemap of the dump that could be read."""
     from dmtcp_py.images import page_chain
-    pm = page_chain.read_pagemap(pagemap)
-    if pm is None:
-        return None
-    return pm.pages_id, [(e.vaddr, page_chain.pages_of(e) * PAGE) for e in pm.entries
-                         if page_chain.present(e)]
-
-
-def page_runs(directory: Path) -> dict[str, list[tuple[int, int]]]:
-    """pages-N.img -> the address runs its bytes hold, for every pagemap
-    of the dump that could be read."""
     out = {}
-    for pagemap in directory.glob("pagemap*.img"):
-        got = _runs(pagemap)
-        if got is not None:
-            out[f"pages-{got[0]}.img"] = got[1]
+    for path in directory.glob("pagemap*.img"):
+        pm = page_chain.read_pagemap(path)
+        if pm is not None:
+            out[f"pages-{pm.pages_id}.img"] = (path, pm)
     return out
+
+
+def _runs(pm) -> list[tuple[int, int]]:
+    """[(address, bytes)] of the pages a pagemap's pages file holds, in file order."""
+    from dmtcp_py.images import page_chain
+    return [(e.vaddr, page_chain.pages_of(e) * PAGE) for e in pm.entries
+            if page_chain.present(e)]
+
+
+def _leaves_to_parent(pm) -> bool:
+    """The pagemap of a dump with write tracking: entries in the parent."""
+    from dmtcp_py.images import page_chain
+    return any(page_chain.flags_of(e) & page_chain.PE_PARENT for e in pm.entries)
 
 
 def cut(size: int, runs: list[tuple[int, int]] | None) -> list[int]:
@@ -312,9 +315,10 @@ def store(partial: Path, generation: int, previous: Path | None,
     for the caller to remove once it replied), else to hidden names in
     partial, removed here."""
     index = _Index(previous, previous_manifest)
-    runs = page_runs(partial)
+    pagemaps = _pagemaps(partial)
+    runs = {name: _runs(pm) for name, (_, pm) in pagemaps.items()}
     # pagemaps that leave pages in the parent (a dump with write tracking)
-    tracked = _tracked_pagemaps(partial)
+    tracked = {name: got for name, got in pagemaps.items() if _leaves_to_parent(got[1])}
     if tracked and not index:
         raise ImageError("CRIU left pages to a previous generation that cannot share them")
     pages_files = sorted(partial.glob("pages-*.img"), key=lambda p: -p.stat().st_size)
@@ -477,19 +481,6 @@ def _own_file(partial: Path, own: str, new: list[list], new_quick: list[str], in
     else:
         os.unlink(partial / own)
     return quick
-
-
-def _tracked_pagemaps(partial: Path) -> dict[str, tuple[Path, object]]:
-    """pages-N.img -> (its pagemap's path, the pagemap) for the pagemaps
-    of partial with entries in the parent."""
-    from dmtcp_py.images import page_chain
-    out = {}
-    for path in partial.glob("pagemap*.img"):
-        pm = page_chain.read_pagemap(path)
-        if pm is not None and any(page_chain.flags_of(e) & page_chain.PE_PARENT
-                                  for e in pm.entries):
-            out[f"pages-{pm.pages_id}.img"] = (path, pm)
-    return out
 
 
 def _store_one_tracked(partial: Path, generation: int, pages: Path, pagemap: Path, pm,
