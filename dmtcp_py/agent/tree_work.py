@@ -23,7 +23,7 @@ from dmtcp_py.agent.machine import Step, Work, WorkResult
 from dmtcp_py.agent.network import Network
 from dmtcp_py.agent.shimlink import ShimLink
 from dmtcp_py.agent.tree import Tree
-from dmtcp_py.errors import say
+from dmtcp_py.errors import ImageError, say
 from dmtcp_py.listing import signal_name
 from dmtcp_py.paths import hostname, run_dir, unprivileged
 from dmtcp_py.protocol import messages
@@ -478,7 +478,7 @@ class TreeWork:
             expired = await loop.run_in_executor(None, lambda: ckpt.finish(
                 compressed=self.cfg.compress, keep=self.cfg.keep,
                 incremental=self.cfg.incremental))
-        except OSError as exc:
+        except (OSError, ImageError) as exc:  # (ImageError: CRIU's pages do not fit the parent)
             await loop.run_in_executor(None, ckpt.discard)
             log.error("generation %d not published: %s", ckpt.generation, exc)
             return f"publishing {ckpt.final}: {exc}"

@@ -162,3 +162,51 @@ def reused(pieces_: list[Piece], addr: int, length: int,
     if any(p.source is None for p in pieces_):
         return None
     return by_span.get((addr, length))
+
+
+class Segment(NamedTuple):
+    """Bytes of CRIU's new pages file, kept where they are."""
+    offset: int
+    length: int
+    chunk: int | None   # the generation's chunk they are (its index); None: no chunk's
+                        # bytes as they lie (pieces of a chunk put together elsewhere)
+
+
+def in_place(chunks: list[list[Piece]], size: int) -> list[Segment]:
+    """CRIU's new pages file (size bytes) as it lies, in segments: a chunk
+    all of whose bytes are one piece of that file is a segment of its own;
+    the file's other bytes (pieces of chunks that also take bytes of the
+    parent, or that nothing uses) are segments of no chunk, one per gap.
+    chunks: every chunk's pieces, in address order, as pieces() gives them.
+    ValueError: the file's pieces do not follow each other in it (CRIU
+    writes the pages in address order, as the pagemap lists them)."""
+    out: list[Segment] = []
+    at = 0
+
+    def gap(to: int) -> None:
+        if to > at:
+            if out and out[-1].chunk is None:
+                out[-1] = out[-1]._replace(length=to - out[-1].offset)
+            else:
+                out.append(Segment(at, to - at, None))
+
+    for i, pieces_ in enumerate(chunks):
+        new = [p for p in pieces_ if p.source is None]
+        if not new:
+            continue
+        if new[0].offset < at:
+            raise ValueError(f"new pages at {new[0].offset} come before {at}")
+        if len(pieces_) == 1:
+            gap(new[0].offset)
+            out.append(Segment(new[0].offset, new[0].length, i))
+            at = new[0].offset + new[0].length
+            continue
+        for p in new:
+            if p.offset < at:
+                raise ValueError(f"new pages at {p.offset} come before {at}")
+            gap(p.offset + p.length)
+            at = p.offset + p.length
+    if at > size:
+        raise ValueError(f"new pages reach {at}, past the file's {size} bytes")
+    gap(size)
+    return out

@@ -5,8 +5,8 @@ import pytest
 
 from dmtcp_py.images.chunks import CHUNK, cut
 from dmtcp_py.images.page_chain import PE_LAZY, PE_PARENT, PE_PRESENT
-from dmtcp_py.images.tracked_pages import (Part, Piece, Placed, chunk_spans, pieces,
-                                           placed_chunks, reused, whole_entries)
+from dmtcp_py.images.tracked_pages import (Part, Piece, Placed, Segment, chunk_spans, in_place,
+                                           pieces, placed_chunks, reused, whole_entries)
 
 P = 4096
 A = 0x7F0000000000 + 2 * P  # not at a chunk boundary, like CRIU's pipe-sized entries
@@ -68,3 +68,31 @@ def test_a_page_the_parent_does_not_hold_is_an_error():
     placed, addrs, _ = _parent(runs, [["d", 0]], {"d": [2 * P]})
     with pytest.raises(KeyError):
         pieces(A, 4 * P, [Part(A, 4 * P, None)], 0, placed, addrs)
+
+
+def test_whole_new_chunks_stay_where_crius_file_has_them():
+    chunks = [[Piece(4 * P, "old", 0)],                         # unchanged
+              [Piece(8 * P, None, 0)],                           # all new
+              [Piece(2 * P, "old", 4 * P), Piece(P, None, 8 * P)],  # put together
+              [Piece(P, None, 9 * P), Piece(P, None, 10 * P)],   # new, but two pieces
+              [Piece(4 * P, None, 11 * P)]]
+    assert in_place(chunks, 15 * P) == [Segment(0, 8 * P, 1), Segment(8 * P, 3 * P, None),
+                                        Segment(11 * P, 4 * P, 4)]
+
+
+def test_bytes_no_chunk_uses_are_segments_of_no_chunk():
+    chunks = [[Piece(P, None, 2 * P)], [Piece(P, None, 4 * P)]]
+    assert in_place(chunks, 6 * P) == [Segment(0, 2 * P, None), Segment(2 * P, P, 0),
+                                       Segment(3 * P, P, None), Segment(4 * P, P, 1),
+                                       Segment(5 * P, P, None)]
+    assert in_place([[Piece(P, "old", 0)]], 0) == []
+
+
+@pytest.mark.parametrize("chunks, size", [
+    ([[Piece(P, None, 4 * P)], [Piece(P, None, 0)]], 8 * P),  # backwards in the file
+    ([[Piece(P, None, 0), Piece(P, None, 0)]], 8 * P),        # one piece twice
+    ([[Piece(4 * P, None, 0)]], 2 * P),                       # past its end
+])
+def test_pieces_out_of_the_files_order_are_refused(chunks, size):
+    with pytest.raises(ValueError):
+        in_place(chunks, size)

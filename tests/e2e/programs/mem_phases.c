@@ -1,12 +1,13 @@
 /* A program with a big buffer of known contents, for incremental checkpoints.
  *
- * usage: mem_phases MIB PERCENT CONTROL_FILE
+ * usage: mem_phases MIB PERCENT CONTROL_FILE [scatter]
  *
  * The buffer (MIB MiB, 1 MiB aligned) holds in each 64-bit word a value
  * that depends on the word's index and on a phase.  Every 10 ms the program
  * reads CONTROL_FILE ("SEQ CMD"); on a SEQ it has not seen:
  *   w  the first PERCENT of the buffer is rewritten with the next phase
- *      ("wrote SEQ PHASE")
+ *      ("wrote SEQ PHASE"); with "scatter", one word in each of PERCENT
+ *      pages in a hundred, spread over the whole buffer, instead
  *   c  every word is checked against the phase it should hold
  *      ("check SEQ ok PHASE" or "check SEQ bad WORD")
  * The phase and the last SEQ live in the program's memory, so after a
@@ -29,13 +30,16 @@ static uint64_t word(size_t i, unsigned phase) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: mem_phases MIB PERCENT CONTROL_FILE\n");
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: mem_phases MIB PERCENT CONTROL_FILE [scatter]\n");
         return 2;
     }
     size_t bytes = (size_t)atol(argv[1]) << 20;
     size_t words = bytes / sizeof(uint64_t);
     size_t changed = words / 100 * (size_t)atol(argv[2]);
+    /* scattered: the first word of every stride-th page */
+    size_t stride = atol(argv[2]) > 0 ? 100 / (size_t)atol(argv[2]) * (4096 / sizeof(uint64_t)) : 0;
+    int scatter = argc == 5 && stride > 0;
     char *raw = mmap(NULL, bytes + ALIGN, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) {
@@ -65,13 +69,17 @@ int main(int argc, char **argv) {
         seen = seq;
         if (cmd == 'w') {
             phase++;
-            for (size_t i = 0; i < changed; i++)
-                buf[i] = word(i, phase);
+            if (scatter)
+                for (size_t i = 0; i < words; i += stride)
+                    buf[i] = word(i, phase);
+            else
+                for (size_t i = 0; i < changed; i++)
+                    buf[i] = word(i, phase);
             printf("wrote %ld %u\n", seq, phase);
         } else if (cmd == 'c') {
             size_t bad = words;
             for (size_t i = 0; i < words && bad == words; i++)
-                if (buf[i] != word(i, i < changed ? phase : 0))
+                if (buf[i] != word(i, (scatter ? i % stride == 0 : i < changed) ? phase : 0))
                     bad = i;
             if (bad == words)
                 printf("check %ld ok %u\n", seq, phase);
