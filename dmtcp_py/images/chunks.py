@@ -520,8 +520,6 @@ def _tracked_chunks(pagemap: Path, pm, index: _Index, previous: Manifest):
         tp.chunk_spans([(a, n) for a, n, _ in entries],
                        [lengths_by_file[f][i] for f, i in order]),
         order, lengths_by_file)
-    addrs = [c.addr for c in placed]
-    by_span = {(c.addr, c.length): c for c in placed}
     entry_addrs = [a for a, _, _ in entries]
 
     def parent_flags(addr: int) -> int:
@@ -534,14 +532,10 @@ def _tracked_chunks(pagemap: Path, pm, index: _Index, previous: Manifest):
         cuts)
     runs = [(a, n) for a, n, _ in whole]
     spans = tp.chunk_spans(runs, cut(sum(n for _, n in runs), runs)) if runs else []
-    planned, part_at = [], 0
     try:
-        for addr, n in spans:
-            pieces_, part_at = tp.pieces(addr, n, parts, part_at, placed, addrs)
-            planned.append((n, pieces_, tp.reused(pieces_, addr, n, by_span)))
+        return whole, tp.chunks_of(spans, parts, placed)
     except KeyError as exc:
         raise ImageError(f"{pagemap.name}: {exc.args[0]}") from None
-    return whole, planned
 
 
 def _in_place(partial: Path, pages: Path, own: str, planned: list):

@@ -164,6 +164,30 @@ def reused(pieces_: list[Piece], addr: int, length: int,
     return by_span.get((addr, length))
 
 
+def chunks_of(spans: list[tuple[int, int]], parts: list[Part],
+              parent: list[Placed]) -> list[tuple[int, list[Piece], Placed | None]]:
+    """Per chunk of the generation (spans, in address order): its length,
+    where its bytes are (pieces()), and the parent's chunk it is, unchanged
+    (reused()), or None.  KeyError as pieces()'s."""
+    addrs = [c.addr for c in parent]
+    by_span = {(c.addr, c.length): c for c in parent}
+    out: list[tuple[int, list[Piece], Placed | None]] = []
+    part_at = 0
+    for addr, n in spans:
+        while parts[part_at].addr + parts[part_at].length <= addr:
+            part_at += 1
+        part, same = parts[part_at], by_span.get((addr, n))
+        # most chunks lie in memory no one wrote, where a parent's chunk was:
+        # that chunk, without looking further (~4x faster over 1 GiB)
+        if same is not None and part.new_offset is None and part.addr <= addr \
+                and addr + n <= part.addr + part.length:
+            out.append((n, [Piece(n, same.file, same.offset)], same))
+            continue
+        pieces_, part_at = pieces(addr, n, parts, part_at, parent, addrs)
+        out.append((n, pieces_, reused(pieces_, addr, n, by_span)))
+    return out
+
+
 class Segment(NamedTuple):
     """Bytes of CRIU's new pages file, kept where they are."""
     offset: int

@@ -5,8 +5,9 @@ import pytest
 
 from dmtcp_py.images.chunks import CHUNK, cut
 from dmtcp_py.images.page_chain import PE_LAZY, PE_PARENT, PE_PRESENT
-from dmtcp_py.images.tracked_pages import (Part, Piece, Placed, Segment, chunk_spans, in_place,
-                                           pieces, placed_chunks, reused, whole_entries)
+from dmtcp_py.images.tracked_pages import (Part, Piece, Placed, Segment, chunk_spans, chunks_of,
+                                           in_place, pieces, placed_chunks, reused,
+                                           whole_entries)
 
 P = 4096
 A = 0x7F0000000000 + 2 * P  # not at a chunk boundary, like CRIU's pipe-sized entries
@@ -61,6 +62,8 @@ def test_a_chunk_unchanged_in_the_parent_is_the_parents_chunk():
     assert second[0] == [Piece(P, None, 0),          # from CRIU's new pages file
                          Piece(CHUNK - P, "d", P)]  # the rest, where the parent had it
     assert all(r is not None for _, r in got[2:])
+    # chunks_of takes the untouched ones without pieces(), to the same result
+    assert chunks_of(spans, parts, placed) == [(n, ps, r) for (_, n), (ps, r) in zip(spans, got)]
 
 
 def test_a_page_the_parent_does_not_hold_is_an_error():
@@ -68,6 +71,8 @@ def test_a_page_the_parent_does_not_hold_is_an_error():
     placed, addrs, _ = _parent(runs, [["d", 0]], {"d": [2 * P]})
     with pytest.raises(KeyError):
         pieces(A, 4 * P, [Part(A, 4 * P, None)], 0, placed, addrs)
+    with pytest.raises(KeyError):
+        chunks_of([(A, 4 * P)], [Part(A, 4 * P, None)], placed)
 
 
 def test_whole_new_chunks_stay_where_crius_file_has_them():
