@@ -85,6 +85,9 @@ class TreeWork:
         self._trackers = tracking.Trackers()
         self._tracked_since: int | None = None
         self._tracking_refused = False  # CRIU could not track: dumps are whole again
+        # the next publication may share chunks with the published generation
+        # (not after one found that generation damaged)
+        self._share = True
 
     def _tracks(self) -> bool:
         """Dumps with write tracking: incremental generations of chunks,
@@ -474,13 +477,24 @@ class TreeWork:
         program runs again (the fsync is about a second per GiB here); old
         generations are deleted last.  The error, if it failed."""
         loop = asyncio.get_running_loop()
+        share, self._share = self._share, True
         try:
             expired = await loop.run_in_executor(None, lambda: ckpt.finish(
                 compressed=self.cfg.compress, keep=self.cfg.keep,
-                incremental=self.cfg.incremental))
-        except (OSError, ImageError) as exc:  # (ImageError: CRIU's pages do not fit the parent)
+                incremental=self.cfg.incremental, share=share))
+        except Exception as exc:  # (ImageError: CRIU's pages do not fit the parent)
+            # whatever went wrong, the round hears it (an exception that
+            # ended this task would leave the coordinator waiting)
+            from dmtcp_py.images.chunks import DamagedParent  # (loaded by the publication)
+            if isinstance(exc, DamagedParent):
+                # the next generation shares nothing with it (its dump is
+                # whole: these pages were protected for this one)
+                self._share = False
+            if isinstance(exc, (OSError, ImageError)):
+                log.error("generation %d not published: %s", ckpt.generation, exc)
+            else:
+                log.exception("generation %d not published", ckpt.generation)
             await loop.run_in_executor(None, ckpt.discard)
-            log.error("generation %d not published: %s", ckpt.generation, exc)
             return f"publishing {ckpt.final}: {exc}"
         log.info("generation %d published as %s", ckpt.generation, ckpt.final)
         log.debug("publish steps (ms): %s", _checkpoint().step_times(

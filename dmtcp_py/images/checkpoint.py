@@ -195,8 +195,10 @@ class Checkpoint:
         return self.manifest
 
     def finish(self, *, compressed: bool, keep: int | None = None,
-               durable: bool = True, incremental: bool = False) -> list[Path]:
-        """Compress (if asked) or (incremental) store the pages as chunks, checksum,
+               durable: bool = True, incremental: bool = False,
+               share: bool = True) -> list[Path]:
+        """Compress (if asked) or (incremental) store the pages as chunks
+        (share=False: none shared with the previous generation), checksum,
         write the manifest once, make it all durable (unless not durable:
         an image that only carries a migration) and give it the image's
         name, keeping `keep` previous generations.  Returns the expired
@@ -214,7 +216,7 @@ class Checkpoint:
         if compressed and compress.compress(self.partial):
             m = replace(m, compression=compress.NAME)
         elif incremental:
-            previous = _previous(self.final)
+            previous = _previous(self.final) if share else None
             self.set_aside = self.partial.with_name(self.partial.name + ".dumped")
             stored = chunks.store(self.partial, self.generation,
                                   self.final if previous else None, previous, self.set_aside)

@@ -284,6 +284,11 @@ class Stored:
         return {name: sum(int(c[0]) for c in chunks) for name, chunks in self.data.items()}
 
 
+class DamagedParent(ImageError):
+    """A chunk of the previous generation that the new one would take
+    bytes of is not what its digest says."""
+
+
 class _Index:
     """The chunks of the previous generation, by digest."""
 
@@ -292,22 +297,43 @@ class _Index:
         self.where: dict[str, tuple[str, int, int]] = {}  # digest -> (file, offset, length)
         self.sizes: dict[str, int] = {}
         self.chunk_lists: dict[str, list[tuple[int, str]]] = {}
+        self.starts: dict[str, list[int]] = {}  # data file -> where each of its chunks starts
         self.quick: dict[str, str] = {}  # data file -> its QUICK digest, if it has one
         self._lock = threading.Lock()
         self._linked: set[str] = set()
+        self._sound: set[tuple[str, int]] = set()  # (data file, chunk) read and found whole
         if directory is None or m is None or not m.data or m.compression:
             return
         self.quick = dict(m.data_xxh3)
         for name, chunks in m.data.items():
             offset = 0
             self.chunk_lists[name] = [(int(n), str(d)) for n, d in chunks]
+            self.starts[name] = []
             for length, digest in chunks:
                 self.where.setdefault(digest, (name, offset, int(length)))
+                self.starts[name].append(offset)
                 offset += int(length)
             self.sizes[name] = offset
 
     def __bool__(self) -> bool:
         return bool(self.where)
+
+    def check(self, name: str, offset: int, fd: int) -> None:
+        """Before bytes at offset of its data file name go into a chunk of
+        the new generation: the previous generation's chunk that holds them
+        is read whole, once, and must have its digest; else they would be
+        taken, damaged, under a new chunk's digest, which nothing would
+        ever find wrong.  DamagedParent if it has not."""
+        k = bisect_right(self.starts[name], offset) - 1
+        if (name, k) in self._sound:
+            return
+        length, digest = self.chunk_lists[name][k]
+        got, = _hash_range(fd, self.starts[name][k], [length], (ALGORITHM,))
+        if got[0] != digest:
+            raise DamagedParent(f"{name} of the previous generation is damaged (its chunk "
+                                f"at byte {self.starts[name][k]} does not match its digest)")
+        with self._lock:
+            self._sound.add((name, k))
 
     def link(self, name: str, partial: Path) -> None:
         """Hard-link a data file of the previous generation into partial,
@@ -598,6 +624,8 @@ def _store_one_tracked(partial: Path, generation: int, pages: Path, pagemap: Pat
         buf = bytearray(sum(p.length for p in pieces_))
         at = 0
         for p in pieces_:
+            if p.source is not None:
+                index.check(p.source, p.offset, fd_of(p.source))
             view = memoryview(buf)[at:at + p.length]
             got = 0
             while got < p.length:

@@ -155,6 +155,35 @@ def test_scattered_writes_put_every_chunk_together(comp, programs, tmp_path):
     comp.kill_and_wait(proc)
 
 
+def test_a_damaged_parent_is_not_taken_into_the_next_generation(comp, programs, tmp_path):
+    """Bytes of the published generation's data file went bad before the
+    next checkpoint, which must put its chunks together from them: that
+    checkpoint fails in one line, naming the damage, rather than taking
+    them under new digests; the published generation stays; the next
+    checkpoint is whole, shares nothing with it, and restarts."""
+    prog = MemProgram(comp, programs, tmp_path, scatter=True)
+    comp.checkpoint()
+    image = comp.images()[0]
+    m = json.loads((image / "manifest.json").read_text())
+    biggest = max(m["data"], key=lambda name: (image / name).stat().st_size)
+    with open(image / biggest, "r+b") as f:  # (same size: no check of sizes sees it)
+        f.seek((image / biggest).stat().st_size // 2)
+        f.write(b"\xff" * 8)
+    prog.write()
+    res = comp.command("-bc", check=False)
+    assert res.returncode != 0
+    assert "damaged" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert json.loads((image / "manifest.json").read_text())["generation"] == 1
+    assert _dumped_bytes(comp.checkpoint()) >= MIB << 20  # whole: no parent to trust
+    newest = comp.images()[0]
+    assert new_bytes(newest, newest.with_name(newest.name + ".gen-1")) >= MIB << 20
+    comp.kill_and_wait(prog.proc)
+    proc, out = restart(comp, newest)
+    assert prog.check(out) == "ok 1"
+    comp.kill_and_wait(proc)
+
+
 def test_the_newest_and_the_previous_generation_both_restart(comp, two_generations):
     prog, newest, _ = two_generations
     proc, out = restart(comp, newest)
