@@ -571,7 +571,7 @@ def _in_place(partial: Path, pages: Path, own: str, planned: list):
     from dmtcp_py.images import tracked_pages as tp
     size = pages.stat().st_size
     try:
-        segments = tp.in_place([pieces_ for _, pieces_, _ in planned], size)
+        segments = tp.in_place([pieces_ for _, pieces_, _ in planned], size, CHUNK)
     except ValueError as exc:
         log.debug("%s: copied, not kept in place: %s", pages.name, exc)
         return None

@@ -196,11 +196,12 @@ class Segment(NamedTuple):
                         # bytes as they lie (pieces of a chunk put together elsewhere)
 
 
-def in_place(chunks: list[list[Piece]], size: int) -> list[Segment]:
+def in_place(chunks: list[list[Piece]], size: int, limit: int) -> list[Segment]:
     """CRIU's new pages file (size bytes) as it lies, in segments: a chunk
     all of whose bytes are one piece of that file is a segment of its own;
     the file's other bytes (pieces of chunks that also take bytes of the
-    parent, or that nothing uses) are segments of no chunk, one per gap.
+    parent, or that nothing uses) are segments of no chunk, cut at most
+    limit bytes long (a chunk's most: what is hashed in one buffer).
     chunks: every chunk's pieces, in address order, as pieces() gives them.
     ValueError: the file's pieces do not follow each other in it (CRIU
     writes the pages in address order, as the pagemap lists them)."""
@@ -208,11 +209,13 @@ def in_place(chunks: list[list[Piece]], size: int) -> list[Segment]:
     at = 0
 
     def gap(to: int) -> None:
-        if to > at:
-            if out and out[-1].chunk is None:
-                out[-1] = out[-1]._replace(length=to - out[-1].offset)
-            else:
-                out.append(Segment(at, to - at, None))
+        start = at
+        if out and out[-1].chunk is None and out[-1].offset + out[-1].length == start:
+            start = out.pop().offset  # the one before goes on
+        while start < to:
+            n = min(limit, to - start)
+            out.append(Segment(start, n, None))
+            start += n
 
     for i, pieces_ in enumerate(chunks):
         new = [p for p in pieces_ if p.source is None]

@@ -81,16 +81,24 @@ def test_whole_new_chunks_stay_where_crius_file_has_them():
               [Piece(2 * P, "old", 4 * P), Piece(P, None, 8 * P)],  # put together
               [Piece(P, None, 9 * P), Piece(P, None, 10 * P)],   # new, but two pieces
               [Piece(4 * P, None, 11 * P)]]
-    assert in_place(chunks, 15 * P) == [Segment(0, 8 * P, 1), Segment(8 * P, 3 * P, None),
-                                        Segment(11 * P, 4 * P, 4)]
+    assert in_place(chunks, 15 * P, CHUNK) == [Segment(0, 8 * P, 1),
+                                               Segment(8 * P, 3 * P, None),
+                                               Segment(11 * P, 4 * P, 4)]
 
 
 def test_bytes_no_chunk_uses_are_segments_of_no_chunk():
     chunks = [[Piece(P, None, 2 * P)], [Piece(P, None, 4 * P)]]
-    assert in_place(chunks, 6 * P) == [Segment(0, 2 * P, None), Segment(2 * P, P, 0),
-                                       Segment(3 * P, P, None), Segment(4 * P, P, 1),
-                                       Segment(5 * P, P, None)]
-    assert in_place([[Piece(P, "old", 0)]], 0) == []
+    assert in_place(chunks, 6 * P, CHUNK) == [Segment(0, 2 * P, None), Segment(2 * P, P, 0),
+                                              Segment(3 * P, P, None), Segment(4 * P, P, 1),
+                                              Segment(5 * P, P, None)]
+    assert in_place([[Piece(P, "old", 0)]], 0, CHUNK) == []
+
+
+def test_long_runs_of_no_chunk_are_cut_at_the_limit():
+    # three chunks put together in a row: their new pages one run in the file
+    chunks = [[Piece(P, "old", 0), Piece(3 * P, None, 3 * i * P)] for i in range(3)]
+    assert in_place(chunks, 9 * P, 4 * P) == [Segment(0, 4 * P, None), Segment(4 * P, 4 * P, None),
+                                              Segment(8 * P, P, None)]
 
 
 @pytest.mark.parametrize("chunks, size", [
@@ -100,4 +108,4 @@ def test_bytes_no_chunk_uses_are_segments_of_no_chunk():
 ])
 def test_pieces_out_of_the_files_order_are_refused(chunks, size):
     with pytest.raises(ValueError):
-        in_place(chunks, size)
+        in_place(chunks, size, CHUNK)
