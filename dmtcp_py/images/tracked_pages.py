@@ -218,20 +218,17 @@ def in_place(chunks: list[list[Piece]], size: int, limit: int) -> list[Segment]:
             start += n
 
     for i, pieces_ in enumerate(chunks):
-        new = [p for p in pieces_ if p.source is None]
-        if not new:
-            continue
-        if new[0].offset < at:
-            raise ValueError(f"new pages at {new[0].offset} come before {at}")
-        if len(pieces_) == 1:
-            gap(new[0].offset)
-            out.append(Segment(new[0].offset, new[0].length, i))
-            at = new[0].offset + new[0].length
-            continue
-        for p in new:
+        whole = len(pieces_) == 1
+        for p in pieces_:
+            if p.source is not None:
+                continue
             if p.offset < at:
                 raise ValueError(f"new pages at {p.offset} come before {at}")
-            gap(p.offset + p.length)
+            if whole:
+                gap(p.offset)
+                out.append(Segment(p.offset, p.length, i))
+            else:
+                gap(p.offset + p.length)
             at = p.offset + p.length
     if at > size:
         raise ValueError(f"new pages reach {at}, past the file's {size} bytes")
