@@ -241,18 +241,23 @@ class TreeWork:
         parked = frozenset(self.shims.pids())  # REFILLED waits for these, also on failure
         gone = False  # the tree ended with its dump (a stopping checkpoint)
         try:
-            stuck = await self.shims.park_all(SHIM_TIMEOUT)
-            ckpt.steps["park"] = time.monotonic()
+            # the shims detach while the tree's files are read: each only
+            # needs the tree stopped, and the program waits for both
+            parking = asyncio.ensure_future(self.shims.park_all(SHIM_TIMEOUT))
+            try:
+                pids = self.tree.pids()
+                facts = self._facts(step, pids, sorted(parked))
+                refusal = sysv.shared_memory_refusal(self.tree.root_pid, set(facts.pids))
+                if refusal:  # (CRIU's own words for it are cryptic)
+                    raise criu_driver.CriuError(refusal)
+                if self.tree.init_dir is not None:
+                    init_dir.clear_stale(self.tree.init_dir)
+                await loop.run_in_executor(None, ckpt.save_files, facts)
+            finally:
+                stuck = await parking
+                ckpt.steps["park"] = time.monotonic()
             if stuck:
                 raise criu_driver.CriuError(f"processes {stuck} did not detach from the agent")
-            pids = self.tree.pids()
-            facts = self._facts(step, pids, sorted(parked))
-            refusal = sysv.shared_memory_refusal(self.tree.root_pid, set(facts.pids))
-            if refusal:  # (CRIU's own words for it are cryptic)
-                raise criu_driver.CriuError(refusal)
-            if self.tree.init_dir is not None:
-                init_dir.clear_stale(self.tree.init_dir)
-            await loop.run_in_executor(None, ckpt.save_files, facts)
             self.tree.hold_reaping = True
             session = await self._started_criu()
             ticker = asyncio.create_task(self._report_progress(step.generation, ckpt, pids))
@@ -275,7 +280,8 @@ class TreeWork:
                 self._tracked_since = step.generation
             if not step.stop:  # (with --stop CRIU ends the tree itself, by SIGKILL)
                 _no_failure_inside(pids)
-            m = await loop.run_in_executor(None, ckpt.describe, facts, self.net.table)
+            # (the manifest is made as the image is published, the program running)
+            dumped = await loop.run_in_executor(None, ckpt.take_sockets, self.net.table)
             if moving:
                 # (not durable: if this host fails meanwhile, its tree is gone anyway)
                 await loop.run_in_executor(None, lambda: ckpt.finish(compressed=False,
@@ -301,12 +307,12 @@ class TreeWork:
                 await self.shims.listen()
         duration = time.monotonic() - started
         log.info("generation %d: dumped %d bytes in %.3f s", step.generation,
-                 m.total_bytes, duration)
+                 dumped, duration)
         log.debug("dump steps (ms): %s", _checkpoint().step_times(started, ckpt.steps))
-        self._send(messages.Progress(generation=step.generation, written=m.total_bytes,
-                                     expected=m.total_bytes))
+        self._send(messages.Progress(generation=step.generation, written=dumped,
+                                     expected=dumped))
         image = messages.ImageInfo(path=str(ckpt.final), host=hostname(), tree_id=cfg.tree_id,
-                                   program=cfg.program, bytes=m.total_bytes,
+                                   program=cfg.program, bytes=dumped,
                                    duration=duration, processes=len(parked))
         return WorkResult(image=image, pending=None if moving else ckpt, parked=parked)
 
@@ -478,6 +484,7 @@ class TreeWork:
         generations are deleted last.  The error, if it failed."""
         loop = asyncio.get_running_loop()
         share, self._share = self._share, True
+        started = time.monotonic()
         try:
             expired = await loop.run_in_executor(None, lambda: ckpt.finish(
                 compressed=self.cfg.compress, keep=self.cfg.keep,
@@ -498,8 +505,8 @@ class TreeWork:
             return f"publishing {ckpt.final}: {exc}"
         log.info("generation %d published as %s", ckpt.generation, ckpt.final)
         log.debug("publish steps (ms): %s", _checkpoint().step_times(
-            ckpt.steps.get("manifest", 0.0), {k: v for k, v in ckpt.steps.items()
-                                              if k in ("chunks", "seal", "publish")}))
+            started, {k: v for k, v in ckpt.steps.items()
+                      if k in ("manifest", "chunks", "seal", "publish")}))
         if ckpt.stored is not None:
             log.info("generation %d memory: %d bytes written, %d shared with the previous "
                      "generation", ckpt.generation, ckpt.stored.written, ckpt.stored.shared)

@@ -11,9 +11,11 @@ them in a worker thread):
 2. dump: CRIU writes the tree into the same partial directory (never a
    name a restart would take); meanwhile its page files are hashed and
    sent toward the disk as far as they are written (images.follow).
-3. describe: the links of removed mapped files (from CRIU's files image),
-   the connection table; the manifest is made here, in memory.
+3. take_sockets: the connection table and the drained bytes, as the
+   drain left them (the refill changes them), the tree still stopped.
 4. finish (after the coordinator's commit, while the program runs again):
+   describe (the links of removed mapped files, from CRIU's files image:
+   the manifest made in memory; not while the program waits for it),
    compress if asked, else keep the memory pages as chunks shared with the
    previous generation (images.chunks), the checksums a restart checks, the manifest written
    once, everything made durable, then the partial directory takes the
@@ -84,6 +86,9 @@ class Checkpoint:
     # the page files hashed while CRIU wrote them, for finish's seal
     follower: follow_pages.PageFollower | None = None
     saved: SavedFiles | None = None  # save_files's, for describe
+    facts: TreeFacts | None = None   # save_files's too
+    sockets: list[dict] | None = None  # take_sockets's
+    dumped_at: float = 0.0           # wall clock when CRIU was done: the manifest's time
 
     @classmethod
     def begin(cls, ckptdir: Path, program: str, tree_id: str, generation: int) -> Checkpoint:
@@ -122,6 +127,7 @@ class Checkpoint:
         if follower is not None:
             follower.stop()
             self.follower = follower
+        self.dumped_at = time.time()
         self.steps["criu"] = time.monotonic()
 
     def tracking_parent(self, generation: int, view: Path) -> Path | None:
@@ -163,28 +169,40 @@ class Checkpoint:
         kept = handed_over | {s["path"] for s in shared}
         self.saved = SavedFiles(view, shared, temp_files.save(view, partial, kept),
                                 written_files.collect(view, kept))
+        self.facts = facts
         self.steps["files"] = time.monotonic()
 
-    def describe(self, facts: TreeFacts, sockets: Callable[[Path], list[dict]]) -> Manifest:
-        """The manifest (in memory), once CRIU dumped the tree; the
-        program's threads are still stopped."""
-        assert self.saved is not None, "describe before save_files"
-        partial, saved = self.partial, self.saved
+    def take_sockets(self, sockets: Callable[[Path], list[dict]]) -> int:
+        """The connection table, once CRIU dumped the tree, while its
+        threads are still stopped (sockets writes the drained bytes beside
+        the images); the rest of the manifest waits for finish.  Returns
+        the bytes of the images."""
+        self.sockets = sockets(self.partial)
+        self.steps["sockets"] = time.monotonic()
+        return self.written()
+
+    def describe(self) -> Manifest:
+        """The manifest (in memory), from CRIU's images and what was
+        taken while the tree was stopped; the program may run meanwhile."""
+        assert self.saved is not None and self.facts is not None, "describe before save_files"
+        assert self.sockets is not None, "describe before take_sockets"
+        partial, saved, facts = self.partial, self.saved, self.facts
         files_img = criu_driver.FilesImage(partial)  # read once, for both
         files_img.fix()
         remaps = []
         link_remaps = files_img.link_remaps()
         if link_remaps:
+            # (names save_files looked up while the tree was stopped: the
+            # view keeps them, the directories are not read again)
             aliases = tree_view.deleted_aliases(saved.view)
             remaps = [{"remap": remap, "live": aliases[orig]}
                       for remap, orig in link_remaps if orig in aliases]
-        table = sockets(partial)  # writes the drained bytes: before the sizes are taken
         self.manifest = Manifest(
             comp_id=facts.comp_id, tree_id=facts.tree_id, program=facts.program,
-            argv=facts.argv, host=facts.host, generation=self.generation, time=time.time(),
+            argv=facts.argv, host=facts.host, generation=self.generation, time=self.dumped_at,
             root_pid=facts.root_pid, pids=sorted(facts.pids), peers=len(facts.shim_pids),
             shim_pids=sorted(facts.shim_pids), shared_files=saved.shared,
-            written_files=saved.written, sockets=table, link_remaps=remaps,
+            written_files=saved.written, sockets=self.sockets, link_remaps=remaps,
             temp_files=saved.temp,
             agent_socket=facts.agent_socket, num_trees=facts.num_trees, stdio=facts.stdio,
             external=facts.external, criu_version=criu_driver.version(),
@@ -197,14 +215,14 @@ class Checkpoint:
     def finish(self, *, compressed: bool, keep: int | None = None,
                durable: bool = True, incremental: bool = False,
                share: bool = True) -> list[Path]:
-        """Compress (if asked) or (incremental) store the pages as chunks
+        """Describe the tree (unless done), compress (if asked) or
+        (incremental) store the pages as chunks
         (share=False: none shared with the previous generation), checksum,
         write the manifest once, make it all durable (unless not durable:
         an image that only carries a migration) and give it the image's
         name, keeping `keep` previous generations.  Returns the expired
         generations, already out of the way, for the caller to delete."""
-        assert self.manifest is not None, "finish before describe"
-        m = self.manifest
+        m = self.manifest if self.manifest is not None else self.describe()
         followed: dict = {}
         if self.follower is not None:
             follower, self.follower = self.follower, None
