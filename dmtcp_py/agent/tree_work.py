@@ -405,8 +405,12 @@ class TreeWork:
     async def _report_progress(self, generation: int, ckpt: checkpoint.Checkpoint,
                                pids: list[int]) -> None:
         """While CRIU writes: bytes in the partial directory, of about the
-        tree's resident memory, every quarter of a second."""
+        tree's resident memory, every quarter of a second.  Nothing before
+        the first quarter: a /proc read per process as CRIU starts would
+        take the GIL from the thread that asks it to (~0.1 ms a process),
+        and a small dump is over by then."""
         import psutil
+        await asyncio.sleep(PROGRESS_EVERY)
         expected = 0
         for pid in pids:
             try:
