@@ -215,14 +215,14 @@ class Checkpoint:
     def finish(self, *, compressed: bool, keep: int | None = None,
                durable: bool = True, incremental: bool = False,
                share: bool = True) -> list[Path]:
-        """Describe the tree (unless done), compress (if asked) or
+        """Describe the tree, compress (if asked) or
         (incremental) store the pages as chunks
         (share=False: none shared with the previous generation), checksum,
         write the manifest once, make it all durable (unless not durable:
         an image that only carries a migration) and give it the image's
         name, keeping `keep` previous generations.  Returns the expired
         generations, already out of the way, for the caller to delete."""
-        m = self.manifest if self.manifest is not None else self.describe()
+        m = self.describe()
         followed: dict = {}
         if self.follower is not None:
             follower, self.follower = self.follower, None
