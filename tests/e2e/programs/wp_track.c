@@ -9,6 +9,12 @@
  * SIGUSR1, rewrites the first MiB; at each SIGUSR2, appends
  * "sum <checksum of the whole buffer>" to OUT (opened and closed each
  * time: CRIU restores only files of the size they had).
+ *
+ * Both signals stay blocked except inside sigsuspend: with pause(), a
+ * SIGUSR2 that came after the flags were read and before pause() was lost
+ * and the program slept on with a checksum owed (seen in CI).  The
+ * handlers are in place before the hand-over, so no signal can find the
+ * default action (termination).
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -70,6 +76,7 @@ int main(int argc, char **argv)
     size_t words, i;
     uint64_t *buf, x = 0x9e3779b97f4a7c15ull, round = 0;
     struct uffdio_api api = {.api = UFFD_API, .features = UFFD_FEATURE_WP_ASYNC};
+    sigset_t wanted, waiting;
     int uffd;
 
     if (argc != 4)
@@ -84,16 +91,23 @@ int main(int argc, char **argv)
         x ^= x << 17;
         buf[i] = x;
     }
+    sigemptyset(&wanted);
+    sigaddset(&wanted, SIGUSR1);
+    sigaddset(&wanted, SIGUSR2);
+    sigprocmask(SIG_BLOCK, &wanted, &waiting);
+    sigdelset(&waiting, SIGUSR1);
+    sigdelset(&waiting, SIGUSR2);
+    signal(SIGUSR1, on_usr1);
+    signal(SIGUSR2, on_usr2);
     uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY);
     if (uffd < 0 || ioctl(uffd, UFFDIO_API, &api) < 0 || hand_over(argv[1], uffd) < 0) {
         perror("wp_track: userfaultfd");
         return 4;
     }
     close(uffd);
-    signal(SIGUSR1, on_usr1);
-    signal(SIGUSR2, on_usr2);
     for (;;) {
-        pause();
+        if (!rewrite && !report)
+            sigsuspend(&waiting);
         if (rewrite) {
             rewrite = 0;
             round++;
