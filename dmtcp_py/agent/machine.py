@@ -391,7 +391,13 @@ class AgentMachine:
                               "are intact, restart them again")
             return self._drop_pending() + [AbandonRestart(self.abandoned)]
         actions: list = []
-        if not self.running:
+        if self.stopped_by_checkpoint:
+            # CRIU ended the tree after its dump: nothing to give back.  It
+            # lives on in its images once their commit came; images still
+            # waiting for it are dropped, and the program with them.  (The
+            # coordinator of --exit-after-ckpt goes right after the round.)
+            actions += self._drop_pending()
+        elif not self.running:
             actions += self._drop_pending()
             self.state = State.RUNNING
             self.running = True
@@ -513,6 +519,7 @@ class AgentMachine:
             return []
         pending, self.pending = self.pending, None
         if not msg.ok:
+            self.stopped_by_checkpoint = False  # (it was in those images only)
             return [Discard(pending.generation, pending.handle)]
         publish = Publish(pending.generation, pending.handle)
         if self.running or self.stopped_by_checkpoint:
@@ -620,4 +627,9 @@ class AgentMachine:
 
     def _drop_pending(self) -> list:
         pending, self.pending = self.pending, None
-        return [Discard(pending.generation, pending.handle)] if pending else []
+        if pending is None:
+            return []
+        # a tree that its checkpoint stopped was in those images only: the
+        # agent's exit no longer says that it ended well
+        self.stopped_by_checkpoint = False
+        return [Discard(pending.generation, pending.handle)]

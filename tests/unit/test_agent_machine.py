@@ -349,7 +349,30 @@ def test_a_tree_that_ends_with_images_waiting_waits_for_the_commit_a_while():
     ended = Send(messages.TreeEnded(code=-9, checkpointed=True))
     assert m.tree_exited(-9) == [ended, WaitForCommit(COMMIT_TIMEOUT)]
     assert m.commit_timed_out() == [Discard(1, "images-1")]
-    assert m.tree_exited(-9) == [ended] and m.commit_timed_out() == []
+    assert m.exit_code(-9) == -9  # (the program was in those images only)
+    assert m.commit_timed_out() == []
+
+
+def test_a_stopped_tree_whose_coordinator_goes_after_the_commit_ended_well():
+    # --exit-after-ckpt: the coordinator ends right after the round (seen in CI:
+    # the launch exited 137 when the link's end came before the agent's own)
+    m = fresh()
+    go_through(m, ROUND[:4], stop=True)
+    assert m.on_message(messages.Commit(generation=1, ok=True)) == [Publish(1, "images-1")]
+    m.tree_exited(-9)
+    assert m.coordinator_lost() == [Rejoin()]  # (nothing to give back to a dead tree)
+    assert m.exit_code(-9) == 0
+
+
+@pytest.mark.parametrize("then", ["coordinator lost", "failed commit"])
+def test_a_stopped_tree_whose_images_are_dropped_did_not_end_well(then):
+    m = fresh()
+    go_through(m, ROUND[:4], stop=True)
+    actions = m.coordinator_lost() if then == "coordinator lost" \
+        else m.on_message(messages.Commit(generation=1, ok=False))
+    assert Discard(1, "images-1") in actions
+    assert not [a for a in actions if isinstance(a, GiveBack)]
+    assert m.exit_code(-9) == -9
 
 
 def test_a_tree_that_ends_after_its_commit_has_nothing_to_wait_for():
