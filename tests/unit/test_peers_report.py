@@ -68,7 +68,9 @@ def test_a_process_is_named_and_ranked_as_psutil_tells_it(tmp_path):
     child = subprocess.Popen([str(program), "30"], env={"PMIX_RANK": "3"})
     try:
         def execd() -> bool:
-            return (procfs.read(f"/proc/{child.pid}/comm") or "").startswith("a_rather")
+            # the command line too: exec sets the new comm before the new
+            # arguments, and the full name comes from them (seen failing)
+            return program.name in (procfs.read(f"/proc/{child.pid}/cmdline") or "")
         deadline = time.monotonic() + 10
         while not execd() and time.monotonic() < deadline:
             time.sleep(0.005)
