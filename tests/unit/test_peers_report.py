@@ -52,6 +52,36 @@ def test_changes_during_a_round_are_looked_at_once_the_tree_runs():
     asyncio.run(scenario())
 
 
+def test_a_tree_that_stays_the_same_is_looked_at_less_and_less_often(monkeypatch):
+    tree = Tree()
+    members = [os.getpid()]
+    tree.members = lambda: members  # (a process comes at the fifth look)
+    slept: list[float] = []
+
+    class Enough(Exception):
+        pass
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == 5:
+            members.append(os.getppid())
+        if len(slept) == 7:
+            raise Enough
+
+    async def scenario() -> None:
+        monkeypatch.setattr(peers.asyncio, "sleep", sleep)
+        try:
+            await tree.report().watch()
+        except Enough:
+            pass
+
+    asyncio.run(scenario())
+    every, most = peers.WATCH_EVERY, peers.WATCH_AT_MOST_EVERY
+    # first look (sent), then nothing new: 2x, 4x... up to the most; a change: again
+    assert slept == [every, every, 2 * every, min(4 * every, most), most, every, 2 * every]
+    assert [len(m.procs) for m in tree.sent] == [1, 2]
+
+
 def test_a_report_asked_for_is_sent_even_during_a_round():
     async def scenario() -> None:
         tree = Tree()
