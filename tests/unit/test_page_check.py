@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from types import SimpleNamespace
 
@@ -35,11 +36,22 @@ def restored_interval(before: float) -> bool:
     return sys.getswitchinterval() == before
 
 
-def test_threads_take_turns_often_while_the_pages_are_checked(tmp_path):
+def test_threads_take_turns_often_while_the_pages_are_checked(tmp_path, monkeypatch):
     before = sys.getswitchinterval()
     restore = image_with_pages(tmp_path)
+    # the check waits until the interval was looked at: 4 MiB were once
+    # checked, and the interval given back, before the assertion (seen in CI)
+    looked = threading.Event()
+    verify = integrity.verify
+
+    def held(*args, **kwargs):
+        looked.wait(30)
+        return verify(*args, **kwargs)
+
+    monkeypatch.setattr(integrity, "verify", held)
     restore.check_pages()
     assert sys.getswitchinterval() == min(before, restoring.CHECK_SWITCH_INTERVAL)
+    looked.set()
     assert restore.pages.result(timeout=30) is None
     assert restored_interval(before)
 
