@@ -305,6 +305,9 @@ class AgentMachine:
     replica_service: messages.ReplicaService | None = None
     # a migration moved the tree to this host: its copy here ended, no failure
     moved_to: str = ""
+    # the images of the checkpoint that stopped the tree were dropped: the
+    # agent's one-line warning once the tree is gone
+    stop_lost: str | None = None
     # generations we published whose round is not over (GenerationDone):
     # what our publication moved aside is settled at its end (SettleExpired)
     unsettled: set[int] = field(default_factory=set)
@@ -519,7 +522,7 @@ class AgentMachine:
             return []
         pending, self.pending = self.pending, None
         if not msg.ok:
-            self.stopped_by_checkpoint = False  # (it was in those images only)
+            self._stop_lost(pending.generation)
             return [Discard(pending.generation, pending.handle)]
         publish = Publish(pending.generation, pending.handle)
         if self.running or self.stopped_by_checkpoint:
@@ -629,7 +632,14 @@ class AgentMachine:
         pending, self.pending = self.pending, None
         if pending is None:
             return []
-        # a tree that its checkpoint stopped was in those images only: the
-        # agent's exit no longer says that it ended well
-        self.stopped_by_checkpoint = False
+        self._stop_lost(pending.generation)
         return [Discard(pending.generation, pending.handle)]
+
+    def _stop_lost(self, generation: int) -> None:
+        """A tree that its checkpoint stopped was in those images only: the
+        agent's exit no longer says that it ended well, and says why."""
+        if self.stopped_by_checkpoint:
+            self.stopped_by_checkpoint = False
+            self.stop_lost = (f"the checkpoint (generation {generation}) that stopped the "
+                              "program was not committed, and the program ended with it; "
+                              "any earlier generation is intact")

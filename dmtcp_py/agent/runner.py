@@ -194,6 +194,9 @@ class Agent:
         self.link.close()
         if self.machine.abandoned:
             raise UserError(self.machine.abandoned)
+        if self.machine.stop_lost:
+            log.warning("%s", self.machine.stop_lost)
+            print(f"dmtcp: {self.machine.stop_lost}", file=sys.stderr, flush=True)
         if self.machine.moved_to:
             log.info("the tree moved to %s", self.machine.moved_to)
             print(f"dmtcp: the program moved to {self.machine.moved_to} and runs on there",

@@ -361,7 +361,7 @@ def test_a_stopped_tree_whose_coordinator_goes_after_the_commit_ended_well():
     assert m.on_message(messages.Commit(generation=1, ok=True)) == [Publish(1, "images-1")]
     m.tree_exited(-9)
     assert m.coordinator_lost() == [Rejoin()]  # (nothing to give back to a dead tree)
-    assert m.exit_code(-9) == 0
+    assert m.exit_code(-9) == 0 and m.stop_lost is None
 
 
 @pytest.mark.parametrize("then", ["coordinator lost", "failed commit"])
@@ -373,6 +373,7 @@ def test_a_stopped_tree_whose_images_are_dropped_did_not_end_well(then):
     assert Discard(1, "images-1") in actions
     assert not [a for a in actions if isinstance(a, GiveBack)]
     assert m.exit_code(-9) == -9
+    assert m.stop_lost and "generation 1" in m.stop_lost
 
 
 def test_a_tree_that_ends_after_its_commit_has_nothing_to_wait_for():
