@@ -20,11 +20,62 @@ log = logging.getLogger("agent")
 JOIN_TIMEOUT = 10.0
 
 
+class _Inbox(asyncio.Protocol):
+    """What the coordinator sent, in order, until it is read; then the
+    link's end.  asyncio's StreamReader raised a reset before the bytes
+    that came ahead of it: a coordinator killed with our last heartbeat
+    unread (its kernel then resets the connection) took its last messages
+    with it, such as the GenerationDone of the round it had just ended
+    (seen in CI: the agent rejoined the next coordinator a generation
+    behind)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self._chunks: list[bytes] = []
+        self._ended = False
+        self._error: Exception | None = None
+        self._waiter: asyncio.Future | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._ended = True
+        self._wake()
+        return False  # (the transport closes)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._ended, self._error = True, exc
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def next_chunk(self) -> bytes:
+        """The bytes received next; b"" at the end (after every byte that
+        came before it), or the error that ended the link."""
+        while not self._chunks:
+            if self._ended:
+                if self._error is not None:
+                    raise self._error
+                return b""
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._chunks.pop(0)
+
+
 class CoordinatorLink:
     def __init__(self, host: str, port: int) -> None:
         self.host, self.port = host, port
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._inbox: _Inbox | None = None
         self._messages = messages.Reader()
         self.last_heard = time.monotonic()  # when the coordinator last sent anything
 
@@ -35,7 +86,8 @@ class CoordinatorLink:
     async def join(self, hello: messages.Hello) -> messages.Welcome:
         """Connect and say hello; the welcome, or UserError saying why not."""
         try:
-            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+            _, self._inbox = await asyncio.get_running_loop().create_connection(
+                _Inbox, self.host, self.port)
         except OSError as exc:
             raise UserError(f"no coordinator at {self.where} ({exc.strerror or exc})") from None
         self._messages = messages.Reader()
@@ -63,14 +115,15 @@ class CoordinatorLink:
     @property
     def local_ip(self) -> str:
         """Our address on the coordinator's network: where peers reach us."""
-        return self._writer.get_extra_info("sockname")[0] if self._writer else "127.0.0.1"
+        transport = self._transport()
+        return transport.get_extra_info("sockname")[0] if transport else "127.0.0.1"
 
     async def receive(self) -> messages.Message | None:
         """The next message; None once the coordinator closed the link.
         FrameError or MessageError: the peer is not a coordinator of ours."""
-        assert self._reader is not None
+        assert self._inbox is not None
         while (message := self._messages.pop()) is None:
-            data = await self._reader.read(65536)
+            data = await self._inbox.next_chunk()
             if not data:
                 return None
             self.last_heard = time.monotonic()
@@ -85,10 +138,15 @@ class CoordinatorLink:
         except (codec.FrameError, messages.MessageError, ConnectionError) as exc:
             log.error("coordinator link broken: %s", exc)
 
+    def _transport(self) -> asyncio.Transport | None:
+        return self._inbox.transport if self._inbox is not None else None
+
     def send(self, message: messages.Message) -> None:
-        if self._writer is not None and not self._writer.is_closing():
-            self._writer.write(messages.encode(message))
+        transport = self._transport()
+        if transport is not None and not transport.is_closing():
+            transport.write(messages.encode(message))
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
+        transport = self._transport()
+        if transport is not None:
+            transport.close()
