@@ -31,7 +31,7 @@ class _Inbox(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self._chunks: list[bytes] = []
+        self._received = bytearray()
         self._ended = False
         self._error: Exception | None = None
         self._waiter: asyncio.Future | None = None
@@ -40,7 +40,7 @@ class _Inbox(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        self._chunks.append(data)
+        self._received += data
         self._wake()
 
     def eof_received(self) -> bool:
@@ -56,10 +56,10 @@ class _Inbox(asyncio.Protocol):
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
-    async def next_chunk(self) -> bytes:
-        """The bytes received next; b"" at the end (after every byte that
-        came before it), or the error that ended the link."""
-        while not self._chunks:
+    async def take(self) -> bytes:
+        """The bytes received since the last take; b"" at the end (after
+        every byte that came before it), or the error that ended the link."""
+        while not self._received:
             if self._ended:
                 if self._error is not None:
                     raise self._error
@@ -69,7 +69,9 @@ class _Inbox(asyncio.Protocol):
                 await self._waiter
             finally:
                 self._waiter = None
-        return self._chunks.pop(0)
+        data = bytes(self._received)
+        self._received.clear()
+        return data
 
 
 class CoordinatorLink:
@@ -123,7 +125,7 @@ class CoordinatorLink:
         FrameError or MessageError: the peer is not a coordinator of ours."""
         assert self._inbox is not None
         while (message := self._messages.pop()) is None:
-            data = await self._inbox.next_chunk()
+            data = await self._inbox.take()
             if not data:
                 return None
             self.last_heard = time.monotonic()

@@ -520,10 +520,9 @@ class AgentMachine:
         so that a failed checkpoint never replaces a good one."""
         if self.pending is None or msg.generation != self.pending.generation:
             return []
-        pending, self.pending = self.pending, None
         if not msg.ok:
-            self._stop_lost(pending.generation)
-            return [Discard(pending.generation, pending.handle)]
+            return self._drop_pending()
+        pending, self.pending = self.pending, None
         publish = Publish(pending.generation, pending.handle)
         if self.running or self.stopped_by_checkpoint:
             return [publish]

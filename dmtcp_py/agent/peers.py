@@ -87,10 +87,10 @@ class PeersReport:
         while True:
             await asyncio.sleep(self._watch_every)
             before = self._last
-            self._watch_every = min(self._watch_every * 2, WATCH_AT_MOST_EVERY)
             self.now(False)  # (not changed(): a look needs no burst to end)
-            if self._last != before or self._due is not None:
-                self._watch_every = WATCH_EVERY
+            same = self._last == before and self._due is None
+            self._watch_every = min(self._watch_every * 2, WATCH_AT_MOST_EVERY) if same \
+                else WATCH_EVERY
 
     def _label(self, pid: int) -> messages.ProcInfo:
         comm = procfs.read(f"/proc/{pid}/comm") or ""
