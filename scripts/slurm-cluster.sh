@@ -369,10 +369,13 @@ cmd_status() {
 
 alive_ctld() { [ -f "$CONF" ] && ctld_ok >/dev/null 2>&1; }
 
-# One up or down at a time.  The lock is on this script's own file (nothing
-# to clean up); a child of a just-killed run may hold it for a moment.
+# One up or down at a time on this machine ($STATE is one per machine, so
+# the lock is too, whichever clone runs this script); a child of a
+# just-killed run may hold it for a moment.
+LOCK=/run/lock/dmtcp-slurm-cluster.lock
 lock() {
-    exec 9<"$SELF"
+    mkdir -p "$(dirname "$LOCK")"
+    exec 9>>"$LOCK"
     flock -w 10 9 || die "another $0 up/down is running"
 }
 
