@@ -1334,12 +1334,16 @@ class CoordinatorMachine:
                                   + ("done" if ok else f"FAILED: {info['error']}")))
             if ok and len(rnd.images) >= rnd.expected:
                 self.complete = self._completed(rnd)
+        # The agents hear of the generation before the clients that wait for
+        # it: a client may kill this coordinator the moment it has its reply
+        # (a test does), and agents that rejoin the next one bring the
+        # generation they heard of.
+        if checkpoint:  # (and processes waiting in dmtcp_checkpoint())
+            done = GenerationDone(generation=rnd.generation, ok=ok)
+            actions += [SendAgent(a, done) for a in sorted(rnd.participants) if a in self.agents]
         if rnd.waiters:
             reply = Reply(ok=ok, error=error, body=body)
             actions += [ReplyClient(client, reply) for client in rnd.waiters]
-        if checkpoint:  # processes waiting in dmtcp_checkpoint()
-            done = GenerationDone(generation=rnd.generation, ok=ok)
-            actions += [SendAgent(a, done) for a in sorted(rnd.participants) if a in self.agents]
         actions += held
         if self.recovery is not None:
             if not checkpoint and self.recovery.phase is Phase.RESTARTING:

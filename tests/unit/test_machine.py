@@ -998,6 +998,19 @@ def test_the_program_asking_for_a_checkpoint_starts_one_or_joins_it():
     assert {a.message for a in done} == {GenerationDone(generation=1, ok=True)}
 
 
+def test_the_agents_hear_of_the_generation_before_the_client_that_waits():
+    # a client may kill the coordinator as soon as it has its reply; the
+    # agents then rejoin the next one with the generation they heard of
+    sim = Sim(2)
+    sim.checkpoint(CLIENT, blocking=True)
+    sim.advance_to(None)
+    told = [i for i, a in enumerate(sim.log)
+            if isinstance(a, SendAgent) and isinstance(a.message, GenerationDone)]
+    replied = [i for i, a in enumerate(sim.log)
+               if isinstance(a, ReplyClient) and a.client_id == CLIENT]
+    assert len(told) == 2 and len(replied) == 1 and max(told) < replied[0]
+
+
 def test_join_with_sparse_hello_uses_placeholders():
     m = CoordinatorMachine(COMP)
     actions = m.agent_joined(1, Hello(role=Role.AGENT, token="t"), 0.0)
