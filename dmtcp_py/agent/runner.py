@@ -47,10 +47,14 @@ REJOIN_EVERY = 1.0     # seconds between attempts to reach a coordinator that we
 # ends sooner never pays it), and off the first checkpoint's, where it
 # would stop the program that much longer.  So is CRIU's version, which
 # every manifest names (`criu --version`, a fork and exec: 6-9 ms here).
+# concurrent.futures.thread is the executor run_in_executor starts at an
+# agent's first file or CRIU work (~1.5 ms): a restart of many trees loads
+# it once before it forks their agents, not once in each.
 WARM_UP_AFTER = 0.25
 BEATS_PER_PERIOD = 4   # the machine's tick, this many times per heartbeat
 UNJOINED_END_TIMEOUT = 5.0  # seconds a killed tree that was never registered may take to end
-CHECKPOINT_MODULES = ("pycriu", "psutil", "hashlib", "dmtcp_py.images.checkpoint")
+CHECKPOINT_MODULES = ("pycriu", "psutil", "hashlib", "dmtcp_py.images.checkpoint",
+                      "concurrent.futures.thread")
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 HANDLED_SIGNALS = (signal.SIGCHLD, *FORWARDED_SIGNALS, signal.SIGINT, signal.SIGQUIT)
 

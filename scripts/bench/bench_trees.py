@@ -366,7 +366,7 @@ def restart_ours(ws: bc.Workspace, ours: Ours, n: int, s: Samples) -> None:
     wall = time.monotonic() - start
     procs = ours.procs()
     for proc in procs:
-        ws.adopt(proc.pid)
+        ws.adopt_if_alive(proc.pid)  # (a helper of the restart may have ended since)
     mine = [p for p in procs if not is_tree(p)]
     cpu = cpu_of(mine)
     coord = status(ours.port)
