@@ -8,6 +8,11 @@ import hashlib
 import sys
 import time
 
+# One write per line, so that processes sharing this output never split
+# each other's lines: with PYTHONUNBUFFERED=1 (set on the CI machines)
+# print() wrote the text and its newline in two writes.
+sys.stdout = open(sys.stdout.fileno(), "w", buffering=1, closefd=False)
+
 ticks = int(sys.argv[1]) if len(sys.argv) > 1 else 100
 interval = (int(sys.argv[2]) if len(sys.argv) > 2 else 20) / 1000
 state = {"n": 0, "chain": b"", "seen": []}

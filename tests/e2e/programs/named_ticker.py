@@ -7,6 +7,11 @@ it maps glibc's gconv-modules.cache read-only MAP_SHARED.
 import sys
 import time
 
+# One write per line, so that processes sharing this output never split
+# each other's lines: with PYTHONUNBUFFERED=1 (set on the CI machines)
+# print() wrote the text and its newline in two writes.
+sys.stdout = open(sys.stdout.fileno(), "w", buffering=1, closefd=False)
+
 name = sys.argv[1]
 interval = int(sys.argv[2]) / 1000
 n = 0

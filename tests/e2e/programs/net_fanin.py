@@ -47,6 +47,11 @@ import termios
 import time
 from array import array
 
+# One write per line, so that processes sharing this output never split
+# each other's lines: with PYTHONUNBUFFERED=1 (set on the CI machines)
+# print() wrote the text and its newline in two writes.
+sys.stdout = open(sys.stdout.fileno(), "w", buffering=1, closefd=False)
+
 WRITE = 1024           # bytes written per connection per round
 KEEP = 4096            # bytes left unread in each receive queue
 READ_MAX = 16 * WRITE  # at most this much read per connection per round
