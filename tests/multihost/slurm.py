@@ -30,7 +30,7 @@ def script(*args: str) -> subprocess.CompletedProcess:
 
 
 @contextlib.contextmanager
-def _turn():
+def taking_turns():
     """The machine's Slurm test cluster for this test alone, once no other
     test run uses it."""
     USE_LOCK.parent.mkdir(mode=0o755, exist_ok=True)
@@ -51,7 +51,7 @@ def _turn():
         os.close(fd)  # releases the lock; the empty file stays, as lock files do
 
 
-def _clear_stale() -> None:
+def clear_stale() -> None:
     """A cluster left by a run that was killed (nothing it recorded runs
     any more) is taken down; one whose daemons still run is someone's."""
     if not STATE.exists():
@@ -78,8 +78,8 @@ def cluster_up(nodes: int, needs: tuple[str, ...] = ()):
         if os.environ.get("CI"):
             pytest.fail(f"{', '.join(missing)} missing: scripts/setup.sh installs them")
         pytest.skip(f"needs {', '.join(missing)} (scripts/setup.sh installs them)")
-    with _turn():
-        _clear_stale()
+    with taking_turns():
+        clear_stale()
         try:
             res = script("up", str(nodes))
             assert res.returncode == 0, res.stderr

@@ -3,6 +3,7 @@ namespace hosts, jobs run on them, and `down` leaves nothing behind."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -10,8 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import reap_zombies
-from tests.multihost.slurm import CONF, STATE, cluster_up
+from tests.conftest import need_root, reap_zombies
+from tests.multihost.slurm import CONF, STATE, clear_stale, taking_turns, cluster_up
 from tests.multihost.slurm import script as _script
 from tests.multihost.netns import NETNS_DIR, RUN_BASE
 
@@ -117,3 +118,21 @@ def test_down_leaves_nothing_behind(cluster):
     link = subprocess.run(["ip", "link", "show", VETH], capture_output=True, check=False)
     assert link.returncode != 0
     assert not STATE.exists()
+
+
+def test_a_killed_runs_leftovers_are_cleared_first():
+    """What a test run killed mid-cluster leaves (its daemons gone, its
+    state directory not) does not stop the next one: it is taken down."""
+    need_root()
+    with taking_turns():  # (no other test run uses the cluster meanwhile)
+        clear_stale()  # (one up by hand: fails in CI, skips elsewhere)
+        gone = subprocess.Popen(["true"])
+        start = _start_time(gone.pid)
+        gone.wait()
+        STATE.mkdir(mode=0o755)
+        try:
+            (STATE / "pids").write_text(f"daemon munged {gone.pid} {start or 1}\n")
+            clear_stale()
+            assert not STATE.exists()
+        finally:
+            shutil.rmtree(STATE, ignore_errors=True)
