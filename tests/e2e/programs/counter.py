@@ -9,8 +9,8 @@ import sys
 import time
 
 # One write per line, so that processes sharing this output never split
-# each other's lines: with PYTHONUNBUFFERED=1 (set on the CI machines)
-# print() wrote the text and its newline in two writes.
+# each other's lines: with PYTHONUNBUFFERED=1 (set on this project's machines)
+# print() writes the text and its newline in two writes.
 sys.stdout = open(sys.stdout.fileno(), "w", buffering=1, closefd=False)
 
 ticks = int(sys.argv[1]) if len(sys.argv) > 1 else 100
