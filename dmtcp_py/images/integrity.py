@@ -150,8 +150,32 @@ def _hash_wide(fd: int, size: int, algorithm: str, threads: bool = True) -> str:
     return h.hexdigest()
 
 
+# From this many bytes on, hash_more hashes through a memory map of the
+# file rather than reading it into a buffer: the copy out of the page
+# cache cost more than the hash.  A 7 MiB page file (an idle Python
+# program's) took 4.7-6.1 ms of CPU read, 1.1-1.3 ms mapped; from the
+# disk, 6.7-7.2 against 4.2-4.6 ms, in as long.  Below, the map's own
+# system calls cost about what the copy does.
+MAP_FROM = 256 << 10
+
+
 def hash_more(fd: int, h) -> int:
-    """Feed h from fd's position to its end; the bytes read."""
+    """Feed h from fd's position to its end (its position then); the
+    bytes fed.  What is there when it begins is hashed through a memory
+    map (a file cut shorter meanwhile would end the process with SIGBUS:
+    CRIU only appends to a page file, and sealed images are not written);
+    what a writer appended meanwhile is read after it."""
+    total = 0
+    at = os.lseek(fd, 0, os.SEEK_CUR)
+    end = os.fstat(fd).st_size
+    if end - at >= MAP_FROM:
+        base = at - at % mmap.ALLOCATIONGRANULARITY  # (a map begins on a page)
+        with mmap.mmap(fd, end - base, prot=mmap.PROT_READ, offset=base) as mapped:
+            with memoryview(mapped) as view:
+                for step in range(at - base, end - base, _WIDE_STEP):
+                    h.update(view[step:min(step + _WIDE_STEP, end - base)])
+        os.lseek(fd, end, os.SEEK_SET)
+        total = end - at
     # One buffer per thread, read into again and again: a fresh 1 MiB
     # bytes object per read is a fresh mmap whose every page faults in,
     # and on these VMs a page the host took back faults in ~10x slower
@@ -159,7 +183,6 @@ def hash_more(fd: int, h) -> int:
     buf = getattr(_buffers, "buf", None)
     if buf is None:
         buf = _buffers.buf = memoryview(bytearray(CHUNK))
-    total = 0
     while n := os.readv(fd, [buf]):
         h.update(buf[:n])
         total += n

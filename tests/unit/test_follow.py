@@ -73,3 +73,26 @@ def test_a_seal_that_fails_still_closes_them(tmp_path):
     with pytest.raises(FileNotFoundError):
         integrity.seal(tmp_path / "gone", followed=follower.taken())
     assert _open_fds() == before
+
+
+@pytest.mark.parametrize("start", [0, 5, 4096 + 7])
+def test_hash_more_maps_from_where_it_is_and_goes_on_where_a_writer_got(tmp_path, monkeypatch,
+                                                                        start):
+    monkeypatch.setattr(integrity, "MAP_FROM", 1 << 10)      # mapped, not read
+    monkeypatch.setattr(integrity, "_WIDE_STEP", 3 << 10)    # several updates, the last short
+    path = tmp_path / "pages-1.img"
+    data, more = os.urandom((20 << 10) + 11), os.urandom(3000)
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.lseek(fd, start, os.SEEK_SET)
+        h = integrity.hasher(integrity.ALGORITHM)
+        assert integrity.hash_more(fd, h) == len(data) - start
+        assert os.lseek(fd, 0, os.SEEK_CUR) == len(data)
+        with open(path, "ab") as writer:
+            writer.write(more)   # appended after: mapped from an offset within a page
+        assert integrity.hash_more(fd, h) == len(more)
+        assert integrity.hash_more(fd, h) == 0
+    finally:
+        os.close(fd)
+    assert h.hexdigest() == xxhash.xxh3_128(data[start:] + more).hexdigest()
