@@ -77,6 +77,7 @@ and concurrent.futures are loaded by the functions that use them.
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import threading
 from bisect import bisect_right
@@ -226,8 +227,45 @@ HASH_AHEAD = 8
 _buffers = threading.local()
 
 
+# From this many bytes on, a file is hashed through a memory map of it,
+# not read into a buffer: the copy out of the page cache cost more than
+# XXH3 itself (a 7 MiB page file: 4.7-6.1 ms of CPU read, 1.1-1.3 ms
+# mapped).  Below, the map's own system calls cost about what the copy does.
+MAP_FROM = 256 << 10
+
+
+@contextmanager
+def mapped(fd: int, offset: int, length: int) -> Iterator[memoryview]:
+    """fd's bytes [offset, offset + length), mapped read-only.  They must be
+    there, and stay: a file cut shorter while mapped ends the process with
+    SIGBUS (CRIU only appends to a page file, and images are not written
+    once sealed).  The caller keeps no slice of the view past the block."""
+    base = offset - offset % mmap.ALLOCATIONGRANULARITY  # (a map begins on a page)
+    with mmap.mmap(fd, offset + length - base, prot=mmap.PROT_READ, offset=base) as whole:
+        with memoryview(whole) as view:
+            part = view[offset - base:]
+            try:
+                yield part
+            finally:
+                part.release()
+
+
 def _hash_range(fd: int, offset: int, lengths: list[int],
                 kinds: tuple[str, ...]) -> list[tuple[str, ...]]:
+    total = sum(lengths)
+    if total >= MAP_FROM:
+        size = os.fstat(fd).st_size
+        if size < offset + total:
+            raise OSError(f"a pages file is shorter than its chunks at {size}")
+        digests = []
+        with mapped(fd, offset, total) as view:
+            at = 0
+            for n in lengths:
+                with view[at:at + n] as chunk:
+                    digests.append(tuple(chunk_hasher(kind, chunk).hexdigest()
+                                         for kind in kinds))
+                at += n
+        return digests
     buf = getattr(_buffers, "buf", None)
     if buf is None:  # one per thread, read into again and again (see integrity.hash_more)
         buf = _buffers.buf = memoryview(bytearray(CHUNK))

@@ -29,7 +29,6 @@ concurrent.futures is loaded by the functions that use it.
 from __future__ import annotations
 
 import ctypes
-import mmap
 import os
 import stat
 import threading
@@ -138,42 +137,26 @@ def _wide(algorithm: str, expect: str = "") -> bool:
 
 
 def _hash_wide(fd: int, size: int, algorithm: str, threads: bool = True) -> str:
-    """The digest of fd's first size bytes, read through a memory map; on
-    every core for BLAKE3 unless not threads.  (A file cut shorter
-    meanwhile would end the process with SIGBUS: image files are not
-    written once sealed, and the partial directory is ours.)"""
+    """The digest of fd's first size bytes, read through a memory map
+    (chunks.mapped); on every core for BLAKE3 unless not threads."""
     h = chunks.blake3_hasher(threads=threads) if algorithm == "blake3" else hasher(algorithm)
-    with mmap.mmap(fd, size, prot=mmap.PROT_READ) as mapped:
-        with memoryview(mapped) as view:
-            for at in range(0, size, _WIDE_STEP):
-                h.update(view[at:at + _WIDE_STEP])
+    with chunks.mapped(fd, 0, size) as view:
+        for at in range(0, size, _WIDE_STEP):
+            h.update(view[at:at + _WIDE_STEP])
     return h.hexdigest()
-
-
-# From this many bytes on, hash_more hashes through a memory map of the
-# file rather than reading it into a buffer: the copy out of the page
-# cache cost more than the hash.  A 7 MiB page file (an idle Python
-# program's) took 4.7-6.1 ms of CPU read, 1.1-1.3 ms mapped; from the
-# disk, 6.7-7.2 against 4.2-4.6 ms, in as long.  Below, the map's own
-# system calls cost about what the copy does.
-MAP_FROM = 256 << 10
 
 
 def hash_more(fd: int, h) -> int:
     """Feed h from fd's position to its end (its position then); the
     bytes fed.  What is there when it begins is hashed through a memory
-    map (a file cut shorter meanwhile would end the process with SIGBUS:
-    CRIU only appends to a page file, and sealed images are not written);
-    what a writer appended meanwhile is read after it."""
+    map (chunks.mapped), what a writer appended meanwhile is read after it."""
     total = 0
     at = os.lseek(fd, 0, os.SEEK_CUR)
     end = os.fstat(fd).st_size
-    if end - at >= MAP_FROM:
-        base = at - at % mmap.ALLOCATIONGRANULARITY  # (a map begins on a page)
-        with mmap.mmap(fd, end - base, prot=mmap.PROT_READ, offset=base) as mapped:
-            with memoryview(mapped) as view:
-                for step in range(at - base, end - base, _WIDE_STEP):
-                    h.update(view[step:min(step + _WIDE_STEP, end - base)])
+    if end - at >= chunks.MAP_FROM:
+        with chunks.mapped(fd, at, end - at) as view:
+            for step in range(0, end - at, _WIDE_STEP):
+                h.update(view[step:step + _WIDE_STEP])
         os.lseek(fd, end, os.SEEK_SET)
         total = end - at
     # One buffer per thread, read into again and again: a fresh 1 MiB

@@ -27,6 +27,29 @@ def test_cut_follows_addresses_and_falls_back_to_offsets():
     assert chunks.cut(100, [(0, 4096)]) == [100]  # a pagemap that does not fit the file
 
 
+@pytest.mark.parametrize("map_from", [1 << 30, 1])   # read into a buffer; mapped
+def test_a_range_of_chunks_hashes_the_same_read_or_mapped(tmp_path, monkeypatch, map_from):
+    monkeypatch.setattr(chunks, "MAP_FROM", map_from)
+    data = os.urandom(4 * 4096 + 777)
+    path = tmp_path / "pages-1.img"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        lengths, at = [4096, 5000, 100], 4097   # from within a page, chunks across pages
+        got = chunks._hash_range(fd, at, lengths, (chunks.ALGORITHM, chunks.QUICK))
+        with pytest.raises(OSError, match="shorter than its chunks"):
+            chunks._hash_range(fd, at, [len(data)], (chunks.QUICK,))
+    finally:
+        os.close(fd)
+    import blake3
+    want = []
+    for n in lengths:
+        part = data[at:at + n]
+        want.append((blake3.blake3(part).hexdigest(), xxhash.xxh3_128(part).hexdigest()))
+        at += n
+    assert got == want
+
+
 def test_the_chunk_hasher_is_the_list_digest_and_refuses_other_lengths():
     data = os.urandom(10000)
     lengths = [4096, 4096, 1808]

@@ -10,7 +10,7 @@ import time
 import xxhash
 import pytest
 
-from dmtcp_py.images import follow, integrity
+from dmtcp_py.images import chunks, follow, integrity
 
 WAIT = 10.0  # seconds the follower may take to catch up (never asserted as a speed)
 
@@ -78,7 +78,7 @@ def test_a_seal_that_fails_still_closes_them(tmp_path):
 @pytest.mark.parametrize("start", [0, 5, 4096 + 7])
 def test_hash_more_maps_from_where_it_is_and_goes_on_where_a_writer_got(tmp_path, monkeypatch,
                                                                         start):
-    monkeypatch.setattr(integrity, "MAP_FROM", 1 << 10)      # mapped, not read
+    monkeypatch.setattr(chunks, "MAP_FROM", 1 << 10)         # mapped, not read
     monkeypatch.setattr(integrity, "_WIDE_STEP", 3 << 10)    # several updates, the last short
     path = tmp_path / "pages-1.img"
     data, more = os.urandom((20 << 10) + 11), os.urandom(3000)
