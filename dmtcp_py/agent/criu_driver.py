@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import struct
 import subprocess
+import threading
 import time
 from pathlib import Path
 from types import ModuleType
@@ -386,6 +387,9 @@ class Restoring:
 
 
 _versions: dict[tuple, str] = {}
+# one asks at a time: the agents of many restored trees in one process
+# (together.py) warm up at once, and each asked CRIU itself
+_asking = threading.Lock()
 
 
 def version() -> str:
@@ -399,12 +403,13 @@ def version() -> str:
     except OSError:
         return "unknown"
     key = (path, st.st_dev, st.st_ino, st.st_mtime_ns)
-    if key not in _versions:
-        found = _ask_version(path)
-        if found == "unknown":
-            return found
-        _versions[key] = found
-    return _versions[key]
+    with _asking:
+        if key not in _versions:
+            found = _ask_version(path)
+            if found == "unknown":
+                return found
+            _versions[key] = found
+        return _versions[key]
 
 
 def _ask_version(path: str) -> str:

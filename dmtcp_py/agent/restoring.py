@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import sys
+import threading
 from pathlib import Path
 
 from dmtcp_py import procfs
@@ -64,6 +65,25 @@ def _criu_failure(m: Manifest, image: Path, message: str) -> str:
 
 
 CHECK_SWITCH_INTERVAL = 0.0005  # seconds (sys.setswitchinterval) while the pages are checked
+# checks under way in this process (several trees' agents may share it):
+# the first sets the short interval, the last puts the usual one back
+_checking = [0, 0.0]   # [how many, the interval before the first]
+_checking_lock = threading.Lock()
+
+
+def _check_began() -> None:
+    with _checking_lock:
+        if _checking[0] == 0:
+            _checking[1] = sys.getswitchinterval()
+            sys.setswitchinterval(min(_checking[1], CHECK_SWITCH_INTERVAL))
+        _checking[0] += 1
+
+
+def _check_ended(_future=None) -> None:
+    with _checking_lock:
+        _checking[0] -= 1
+        if _checking[0] == 0:
+            sys.setswitchinterval(_checking[1])
 
 
 class Restore:
@@ -102,7 +122,7 @@ class Restore:
         and the coordinator it waits for have the CPU; dmtcp-restart forks
         its coordinator first, which no other thread may see.)"""
         m, image = self.m, self.image
-        self.handover = stdio.prepare(m.stdio, run_dir())
+        self.handover = stdio.prepare(m.stdio, run_dir(), m.tree_id)
         self.lazy = self.wants_lazy and not compress.is_packed(image)
         if self.wants_lazy and not self.lazy:
             print(f"dmtcp-restart: warning: the memory pages of {image} are compressed: "
@@ -139,13 +159,12 @@ class Restore:
         # modules loading it waited a whole switch interval (5 ms) each
         # time: 64 MiB took 50-100 ms instead of 10, and the release could
         # wait for it.  Until the check ends, threads take turns every 0.5 ms.
-        switch = sys.getswitchinterval()
-        sys.setswitchinterval(min(switch, CHECK_SWITCH_INTERVAL))
+        _check_began()
         self.pages = checker.submit(
             integrity.verify, self.image, integrity.split(digests)[1], algorithm,
             "the program was killed (it ran since its lazy restart)" if self.lazy
             else "the restored processes were killed before they ran", wide=not self.lazy)
-        self.pages.add_done_callback(lambda _: sys.setswitchinterval(switch))
+        self.pages.add_done_callback(_check_ended)
         checker.shutdown(wait=False)
 
     def wait(self) -> int:

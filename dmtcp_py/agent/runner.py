@@ -18,7 +18,8 @@ from pathlib import Path
 
 from dmtcp_py import fault_injection
 from dmtcp_py.agent import machine as am
-from dmtcp_py.agent import criu_driver, early, hostload, init_dir, start, tcpstats, tree_work
+from dmtcp_py.agent import (criu_driver, early, hostload, init_dir, signals, start, tcpstats,
+                            tree_work)
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.link import CoordinatorLink
 from dmtcp_py.agent.network import Network
@@ -56,7 +57,6 @@ UNJOINED_END_TIMEOUT = 5.0  # seconds a killed tree that was never registered ma
 CHECKPOINT_MODULES = ("pycriu", "psutil", "hashlib", "dmtcp_py.images.checkpoint",
                       "concurrent.futures.thread")
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-HANDLED_SIGNALS = (signal.SIGCHLD, *FORWARDED_SIGNALS, signal.SIGINT, signal.SIGQUIT)
 
 
 def import_checkpoint_modules() -> None:
@@ -77,13 +77,14 @@ def _identity(cfg: AgentConfig) -> am.Identity:
 
 class Agent:
     def __init__(self, cfg: AgentConfig, started: early.Started | None = None,
-                 begun: Restore | None = None) -> None:
+                 begun: Restore | None = None, shared: bool = False) -> None:
         """started: a launched tree (early.py); else cfg.manifest's image
-        is restored, or being restored already (begun: restoring.py)."""
+        is restored, or being restored already (begun: restoring.py).
+        shared: other trees' agents run in this process too (together.py)."""
         self.cfg = cfg
         self.started = started
         self.begun = begun
-        self.tree = Tree()
+        self.tree = Tree(shared_by=cfg.tree_id if shared else None)
         if begun is not None:  # (prepared: its init's directory is made)
             self.tree.hold_reaping = True  # CRIU's processes are not the tree's to reap
             self.tree.init_dir = begun.init_dir
@@ -114,6 +115,7 @@ class Agent:
         self._follower: asyncio.Task | None = None
         self.replicas: ReplicaServer | None = None
         self.load = hostload.LoadSampler()  # --rebalance: deltas between samples
+        self._signals: list[signals.Subscription] = []  # until run() ends
 
     async def _tell_shims(self, record: int, arg: int) -> None:
         """A record for every process; FATE 1 also for those that have not
@@ -132,20 +134,35 @@ class Agent:
             # signal handlers: a signal in between (the last processes of
             # the tree ending) printed a traceback after a one-line error.
             # Removed here, while the pipe is open.
-            loop = asyncio.get_running_loop()
-            for sig in HANDLED_SIGNALS:
-                loop.remove_signal_handler(sig)
+            for sub in self._signals:
+                signals.unsubscribe(sub)
+            self._signals.clear()
+
+    def let_go(self) -> None:
+        """What the end of this agent's process would let go, for an agent
+        that failed in a process it shares with other trees' agents
+        (together.py): its tree ends (no agent would checkpoint it again),
+        its connections close (the coordinator sees it leave), its tasks
+        stop."""
+        self.tree.kill()
+        if self._follower is not None:
+            self._follower.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        self.shims.stop_listening()
+        self.net.close()
+        self.link.close()
 
     async def _run(self) -> int:
         loop = asyncio.get_running_loop()
         become_subreaper()
-        loop.add_signal_handler(signal.SIGCHLD, self.tree.reap_orphans)
+        self._signals.append(signals.subscribe(signal.SIGCHLD, self.tree.reap_orphans))
         for sig in FORWARDED_SIGNALS:
-            loop.add_signal_handler(sig, self.tree.signal_root, sig)
+            self._signals.append(signals.subscribe(sig, self.tree.signal_root, sig))
         # the terminal delivers these to the whole foreground group already,
         # but not to a tree in a PID namespace (and session) of its own
         for sig in (signal.SIGINT, signal.SIGQUIT):
-            loop.add_signal_handler(sig, self._terminal_signal, sig)
+            self._signals.append(signals.subscribe(sig, self._terminal_signal, sig))
         if self.started is not None:
             self._take_over(self.started)
             try:

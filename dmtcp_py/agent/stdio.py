@@ -116,13 +116,14 @@ class Handover:
         self.opened.clear()
 
 
-def prepare(stdio: dict[str, dict], relay_dir) -> Handover:
+def prepare(stdio: dict[str, dict], relay_dir, tree_id: str) -> Handover:
     """Match the image's stdio with ours.  Each fd passed is a duplicate
     above 2 (pycriu closes 0-2 in the criu child).  Pipes and sockets take
     any fd; a terminal goes to criu's stdin (see criu_driver); a regular file must be reopened by
     CRIU through /proc, so for an output that is anything else here the
     tree gets a file that the agent relays to it.  A stream with no
-    counterpart here goes to /dev/null."""
+    counterpart here goes to /dev/null.  (A relay's file is named after
+    the tree too: the agents of several trees may share this process.)"""
     h = Handover()
     seen: set[str] = set()
     for fd_text, desc in sorted(stdio.items()):
@@ -141,7 +142,7 @@ def prepare(stdio: dict[str, dict], relay_dir) -> Handover:
             # CRIU takes a regular file only as a regular file, and only
             # with the mode it had: anything else here (a pipe, a socket, a
             # terminal, /dev/null, a file of another mode) is relayed
-            relay = FileRelay(relay_dir / f"stdio-{os.getpid()}-{ours}.out", ours,
+            relay = FileRelay(relay_dir / f"stdio-{os.getpid()}-{tree_id}-{ours}.out", ours,
                               desc.get("mode", 0o644))
             h.relays.append(relay)
             fd = relay.writer_fd()

@@ -3,6 +3,12 @@ starts it before the agent loads: spawn.py, early.py).
 
 The agent is a child subreaper, so processes orphaned inside the tree come
 back to it instead of init: it reaps them, and they stay countable.
+
+Where the agents of several trees share one process (a restart of trees
+that each run in a PID namespace of their own: agent/together.py), no
+orphan comes back to it (each namespace's init, the tree's root, reaps
+its own), and a tree's processes are its root and what is below it: a
+child of the process that is not its root is another tree's, or CRIU's.
 """
 from __future__ import annotations
 
@@ -123,10 +129,14 @@ def _ended(pid: int) -> bool:
 CRIU_EXIT_WAIT = 2.0  # seconds for a killed CRIU to be gone
 
 
-def _kill_criu() -> None:
+def _kill_criu(mark: str | None = None) -> None:
     """SIGKILL this agent's CRIU processes (a restore or dump under way)
-    and wait until each is dead (a zombie, or reaped already)."""
-    criu = [pid for pid in children_of(os.getpid()) if _is_criu(pid)]
+    and wait until each is dead (a zombie, or reaped already).  mark: only
+    those whose command line names it (the tree's id, in the image's name:
+    a restore, its lazy pages, the processes it is making), where other
+    trees' agents run in this process."""
+    criu = [pid for pid in children_of(os.getpid()) if _is_criu(pid)
+            and (mark is None or mark in (procfs.read(f"/proc/{pid}/cmdline") or ""))]
     for pid in criu:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -140,7 +150,10 @@ def _kill_criu() -> None:
 
 
 class Tree:
-    def __init__(self) -> None:
+    def __init__(self, shared_by: str | None = None) -> None:
+        """shared_by: the tree's id, where the agents of other trees run in
+        this process too (module doc)."""
+        self.shared_by = shared_by
         self.root_pid: int | None = None
         self.exit_status: int | None = None
         self.exited = asyncio.Event()
@@ -206,7 +219,7 @@ class Tree:
 
     def reap_orphans(self) -> None:
         self._child_ended.set()
-        if self._hold or not _children():  # no child at all, or none ended
+        if self._hold or self.shared_by or not _children():  # (none ours) or none ended
             return
         for pid in children_of(os.getpid()):
             if pid == self.root_pid and not self.exited.is_set():
@@ -224,6 +237,10 @@ class Tree:
         orphans that came back to us (our children but CRIU and those that
         have ended, and everything below them).  A walk down from us through
         /proc/PID/task/TID/children: no look at the host's other processes."""
+        if self.shared_by:
+            root = self.root_pid
+            alive = root is not None and not self.exited.is_set() and not _ended(root)
+            return descendants([root]) if alive else []
         tops = [pid for pid in children_of(os.getpid())
                 if not _ended(pid) and not _is_criu(pid)]
         return descendants(tops)
@@ -265,6 +282,8 @@ class Tree:
         A killed tree's processes can come back to us as zombies while
         their threads finish exiting; left unreaped, their pids stay taken
         and the next restore fails ('Can't fork ...: File exists')."""
+        if self.shared_by:  # (the root is collected as it ends; nothing else is ours)
+            return
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -282,7 +301,7 @@ class Tree:
         damaged pages hung in zap_pid_ns_processes).  A dead CRIU lets go,
         and forks nothing more after the walk below."""
         import psutil
-        _kill_criu()
+        _kill_criu(self.shared_by)
         for proc in self.processes():
             try:
                 proc.kill()

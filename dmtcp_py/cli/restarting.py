@@ -87,9 +87,14 @@ def restart(a: fastargs.RestartArgs, starting: Starting | None) -> int:
 
     if len(loaded) == 1:
         return _agent(config(*loaded[0]), begun)
+    from dmtcp_py.agent import together
+    if together.can_share([m for _, m in loaded]):
+        codes = together.run([config(image, m) for image, m in loaded])
+        return next((exit_code(code) for code in codes if code), 0)
     from dmtcp_py.agent.runner import import_checkpoint_modules
     from dmtcp_py.protocol.messages import look_up_field_types
-    # one agent process per tree, each the parent of its own restored tree.
+    # one agent process per tree (trees without PID namespaces of their
+    # own: together.py), each the parent of its own restored tree.
     # What every agent needs is imported once, here, before they fork: each
     # importing CRIU's bindings (and then pyroute2) by itself cost ~100 ms of
     # CPU per tree, most of a many-tree restart on a small host.  The same

@@ -45,9 +45,11 @@ def resolve(specs: Sequence[str], trees: Iterable[TreeRef]) -> list[int]:
                 found = [t for t in trees if t.host == host and int(pid) in t.pids]
         if not found:
             raise MigrationError(f"no tree {spec!r} under control (see dmtcp-command -l --json)")
-        if len(found) > 1:  # small pids repeat in trees' own PID namespaces
-            raise MigrationError(f"{spec} is a process of {len(found)} trees (each in a PID "
-                                 "namespace of its own): name the tree by its id")
+        if len(found) > 1:  # small pids repeat in trees' own PID namespaces, and the
+            # trees a restart brought back on one host share their agent's
+            raise MigrationError(f"{spec} is a process of {len(found)} trees (pids repeat in "
+                                 "their own PID namespaces, and a host's restarted trees share "
+                                 "one agent): name the tree by its id")
         if found[0].agent_id not in chosen:
             chosen.append(found[0].agent_id)
     if not chosen:

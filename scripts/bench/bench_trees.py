@@ -77,12 +77,17 @@ SLOPE_SLACK = 0.020         # the issue: at most 20 ms per tree beyond restore's
 TREE_NAMES = ("dmtcp_tree_init", "python3")   # processes of a tree, not of ours
 SECTION = "many trees (one idle Python process each)"
 
-# the idle program: a tick with its tag every 0.1 s (argv[1] is the tag)
+# the idle program: a tick with its tag every 0.1 s (argv[1] is the tag),
+# one write per line: print() under PYTHONUNBUFFERED writes the text and
+# the newline apart, and the restored trees, released at once, tick at
+# once into one output; a line cut by another's was not seen as a tick,
+# and "until all tick" grew by a tick or two
 PROGRAM = ("import sys, time\n"
            "n = 0\n"
            "while True:\n"
            "    n += 1\n"
-           "    print('tick', sys.argv[1], n, flush=True)\n"
+           "    sys.stdout.write(f'tick {sys.argv[1]} {n}\\n')\n"
+           "    sys.stdout.flush()\n"
            "    time.sleep(0.1)\n")
 
 

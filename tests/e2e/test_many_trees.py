@@ -1,14 +1,18 @@
 """Many separately launched trees on one host, checkpointed, killed and
 restarted from the restart script, twice: all of them come back and go on
-from where they were, and the system file every Python program maps
+from where they were, under one agent process (each tree in a PID
+namespace of its own: agent/together.py) that still writes each tree's
+log apart, and the system file every Python program maps
 (gconv-modules.cache) is never written."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import psutil
 
+from dmtcp_py.paths import run_dir
 from tests.e2e.harness import TIMEOUT, ticks, wait_for
 
 TREES = 64
@@ -56,6 +60,20 @@ def _checkpoint_and_kill(comp, outputs: list[Path], waited: list) -> dict[str, i
     return seen
 
 
+def _agents_of_one_process(comp) -> None:
+    """Every restored tree's agent is the one process; each tree's records
+    are in a log of its own, and only its own."""
+    trees = json.loads(comp.command("-l", "--json").stdout)["trees"]
+    assert len(trees) == TREES
+    pids = {t["agent_pid"] for t in trees}
+    assert len(pids) == 1, pids
+    pid, = pids
+    for t in trees:
+        text = (run_dir() / f"agent-{t['tree_id']}-restart-{pid}.log").read_text()
+        assert f"_{t['tree_id']}.dmtcp" in text  # "restored <its image> ..."
+        assert not any(f"_{o['tree_id']}.dmtcp" in text for o in trees if o is not t)
+
+
 def test_many_python_trees_restart_together_twice(comp):
     cache = _gconv_cache()
     assert cache is not None, "python maps gconv-modules.cache: the test's premise"
@@ -80,6 +98,7 @@ def test_many_python_trees_restart_together_twice(comp):
             first.setdefault(row[2], int(row[1]))
         assert all(first[n] > 1 and first[n] >= at_checkpoint[n] for n in names), first
         assert restarted.poll() is None  # dmtcp-restart waits for its trees
+        _agents_of_one_process(comp)
         outputs, waited = [rout], [restarted]
     assert _identity(cache) == before
     assert len([p for p in psutil.Process(restarted.pid).children(recursive=True)

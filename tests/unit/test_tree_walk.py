@@ -141,6 +141,14 @@ def small_tree(tmp_path):
                     pass
 
 
+def _collect(pid: int) -> None:
+    """Reap a child of ours the test made, if no one did."""
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
 def test_walk_finds_the_tree_and_the_orphans(small_tree):
     t = Tree()
     t.root_pid = small_tree["root"]
@@ -188,10 +196,7 @@ def test_walk_leaves_out_our_ended_children_and_criu(small_tree, tmp_path):
     finally:
         fake.kill()
         fake.wait()
-        try:
-            os.waitpid(ended, 0)
-        except ChildProcessError:
-            pass
+        _collect(ended)
 
 
 def test_reap_orphans_keeps_the_root_until_it_has_exited(small_tree):
@@ -255,3 +260,47 @@ def test_the_walk_reads_no_other_process(small_tree, monkeypatch):
     for path in opened:
         parts = path.split("/")
         assert parts[1] == "proc" and int(parts[2]) in allowed, path
+
+
+def _fake_criu(tmp_path, mark: str) -> subprocess.Popen:
+    """A child named criu whose command line holds mark (as a restore's
+    names its image), until killed."""
+    criu = tmp_path / "criu"
+    if not criu.exists():
+        shutil.copy("/bin/sh", criu)
+    proc = subprocess.Popen([str(criu), "-c", "sleep 60; :", mark])
+    deadline = time.monotonic() + 10
+    while (tree_mod._state_and_name(proc.pid) or ("", ""))[1] != "criu" \
+            or mark not in (procfs.read(f"/proc/{proc.pid}/cmdline") or ""):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    return proc
+
+
+def test_a_tree_that_shares_its_agents_process_keeps_to_its_own(small_tree, tmp_path):
+    """Several trees' agents in one process (agent/together.py): a tree's
+    processes are its root's, the process's other children (an ended one,
+    an orphan, CRIU) are not its to reap, and it kills only its own CRIU."""
+    ended = os.posix_spawn("/bin/true", ["true"], dict(os.environ))
+    mine = _fake_criu(tmp_path, "ckpt_prog_tree1.dmtcp")
+    other = _fake_criu(tmp_path, "ckpt_prog_tree2.dmtcp")
+    try:
+        _wait_zombie(ended)
+        t = Tree(shared_by="tree1")
+        t.root_pid = root = small_tree["root"]
+        assert set(t.pids()) == {small_tree[n] for n in ("root", "A", "AA", "B", "Z")}
+        t.reap_orphans()
+        assert _state(ended) == "Z"  # left to whoever started it
+        t.kill()
+        assert mine.wait(timeout=10) == -signal.SIGKILL
+        assert other.poll() is None
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{root}") and _state(root) != "Z":
+            assert time.monotonic() < deadline, "the root still runs"
+            time.sleep(0.01)
+        assert _state(small_tree["OO"]) != "Z"  # the orphan is no tree's here
+    finally:
+        for proc in (mine, other):
+            proc.kill()
+            proc.wait()
+        _collect(ended)

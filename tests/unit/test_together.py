@@ -1,0 +1,96 @@
+"""Several trees' agents in one process (agent/together.py, signals.py,
+logs.py): which trees may share one, every agent hears every signal, and
+each agent's records, from its tasks and from the executor's threads, go
+to its own log file.  Real signals, real files, a real loop."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import signal
+import time
+
+import pytest
+
+from dmtcp_py import logs
+from dmtcp_py.agent import signals, together
+from tests.unit.test_images import make_manifest
+
+WAIT = 10.0  # seconds a signal may take to be heard (never asserted as a speed)
+
+
+def test_only_trees_with_pid_namespaces_of_their_own_share_a_process():
+    own = dataclasses.replace(make_manifest(), pid_namespace=True)
+    host = dataclasses.replace(make_manifest(), pid_namespace=False)
+    assert together.can_share([own, own])
+    assert not together.can_share([own])          # one tree: its own agent, as ever
+    assert not together.can_share([own, host])    # an orphan of host's would be no one's
+
+
+async def _until(predicate) -> None:
+    deadline = time.monotonic() + WAIT
+    while not predicate():
+        assert time.monotonic() < deadline, "not heard"
+        await asyncio.sleep(0.005)
+
+
+def test_every_subscriber_hears_a_signal_and_the_handler_goes_with_the_last():
+    heard: list[str] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        a = signals.subscribe(signal.SIGUSR1, heard.append, "a")
+        b = signals.subscribe(signal.SIGUSR1, heard.append, "b")
+        os.kill(os.getpid(), signal.SIGUSR1)
+        await _until(lambda: len(heard) == 2)
+        signals.unsubscribe(a)
+        signals.unsubscribe(a)  # (twice: nothing more)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        await _until(lambda: len(heard) == 3)
+        signals.unsubscribe(b)
+        assert not loop.remove_signal_handler(signal.SIGUSR1)  # gone with b
+
+    asyncio.run(main())
+    assert heard == ["a", "b", "b"]
+
+
+@pytest.fixture
+def root_logger():
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    yield root
+    for handler in root.handlers:
+        root.removeHandler(handler)
+    for handler in saved[0]:
+        root.addHandler(handler)
+    root.setLevel(saved[1])
+
+
+def test_each_agents_records_go_to_its_own_file(tmp_path, monkeypatch, root_logger):
+    monkeypatch.setenv("DMTCP_TMPDIR", str(tmp_path))
+    main_log = logs.setup("agent-first")
+    log = logging.getLogger("agent")
+    paths = {}
+
+    async def agent(name: str) -> None:
+        if name != "first":
+            paths[name] = logs.own_file(f"agent-{name}")
+        assert logs.current().endswith(f"agent-{name}.log")
+        log.warning("task of %s", name)
+        await asyncio.sleep(0)   # (the others run meanwhile)
+        await asyncio.get_running_loop().run_in_executor(
+            None, lambda: log.warning("thread of %s", name))
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_default_executor(together._ContextExecutor(2))
+        await asyncio.gather(*(agent(name) for name in ("first", "one", "two")))
+
+    asyncio.run(main())
+    log.warning("after them")   # (no agent's context: the process's file)
+    texts = {"first": main_log.read_text(), **{n: p.read_text() for n, p in paths.items()}}
+    for name, text in texts.items():
+        assert f"task of {name}" in text and f"thread of {name}" in text
+        assert all(f"of {other}" not in text for other in texts if other != name)
+    assert "after them" in texts["first"]
+    assert oct(os.stat(paths["one"]).st_mode & 0o777) == "0o600"
