@@ -15,6 +15,8 @@ import pytest
 
 from dmtcp_py import logs
 from dmtcp_py.agent import signals, together
+from dmtcp_py.errors import UserError
+from dmtcp_py.paths import run_dir
 from tests.unit.test_images import make_manifest
 
 WAIT = 10.0  # seconds a signal may take to be heard (never asserted as a speed)
@@ -94,3 +96,41 @@ def test_each_agents_records_go_to_its_own_file(tmp_path, monkeypatch, root_logg
         assert all(f"of {other}" not in text for other in texts if other != name)
     assert "after them" in texts["first"]
     assert oct(os.stat(paths["one"]).st_mode & 0o777) == "0o600"
+
+
+class _StubAgent:
+    """runner.Agent's part that together.py uses: run(), let_go()."""
+    log: list[str] = []
+
+    def __init__(self, cfg, shared: bool) -> None:
+        assert shared
+        self.name = cfg.tree_id
+
+    async def run(self) -> int:
+        await asyncio.sleep(0.01)
+        if self.name == "bad":
+            raise RuntimeError("a bug of ours")
+        if self.name == "refused":
+            raise UserError("cannot restart it")
+        _StubAgent.log.append(f"{self.name} ran")
+        return 3 if self.name == "three" else 0
+
+    def let_go(self) -> None:
+        _StubAgent.log.append(f"{self.name} let go")
+
+
+def test_an_agent_that_fails_lets_go_and_the_others_go_on(tmp_path, monkeypatch, capfd,
+                                                          root_logger):
+    monkeypatch.setenv("DMTCP_TMPDIR", str(tmp_path))
+    monkeypatch.setattr(together, "Agent", _StubAgent)
+    _StubAgent.log = []
+    configs = [dataclasses.make_dataclass("Cfg", ["tree_id", "image"])(name, f"/i/{name}")
+               for name in ("good", "bad", "refused", "three")]
+    assert together.run(configs) == [0, 1, 1, 3]
+    assert sorted(_StubAgent.log) == ["bad let go", "good ran", "refused let go", "three ran"]
+    err = capfd.readouterr().err.splitlines()
+    assert "dmtcp-restart: error: cannot restart it" in err
+    assert any(line.startswith("dmtcp-restart: error: the agent of /i/bad failed (see ")
+               for line in err)
+    # (the traceback is in that tree's own log)
+    assert "a bug of ours" in (run_dir() / f"agent-bad-restart-{os.getpid()}.log").read_text()
