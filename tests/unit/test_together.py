@@ -62,7 +62,7 @@ def root_logger():
     root = logging.getLogger()
     saved = root.handlers[:], root.level
     yield root
-    for handler in root.handlers:
+    for handler in list(root.handlers):
         root.removeHandler(handler)
     for handler in saved[0]:
         root.addHandler(handler)
