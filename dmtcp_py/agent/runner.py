@@ -59,6 +59,11 @@ CHECKPOINT_MODULES = ("pycriu", "psutil", "hashlib", "dmtcp_py.images.checkpoint
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
+def restart_log_name(cfg: AgentConfig) -> str:
+    """The log of a restored tree's agent (logs.setup, logs.own_file)."""
+    return f"agent-{cfg.tree_id}-restart-{os.getpid()}"
+
+
 def import_checkpoint_modules() -> None:
     for name in CHECKPOINT_MODULES:
         importlib.import_module(name)

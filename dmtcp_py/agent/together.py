@@ -29,12 +29,11 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 from dmtcp_py import logs
 from dmtcp_py.agent.config import AgentConfig
-from dmtcp_py.agent.runner import Agent
+from dmtcp_py.agent.runner import Agent, restart_log_name
 from dmtcp_py.errors import UserError, say
 from dmtcp_py.images.manifest import Manifest
 
@@ -57,14 +56,10 @@ class _ContextExecutor(ThreadPoolExecutor):
         return super().submit(contextvars.copy_context().run, fn, *args, **kwargs)
 
 
-def log_name(cfg: AgentConfig) -> str:
-    return f"agent-{cfg.tree_id}-restart-{os.getpid()}"
-
-
 def run(configs: list[AgentConfig]) -> list[int]:
     """Every tree's agent until each has ended: what each one's run()
     returned (1 for one that failed), in the order given."""
-    logs.setup(log_name(configs[0]))  # (and what no agent's context logs)
+    logs.setup(restart_log_name(configs[0]))  # (and what no agent's context logs)
     return asyncio.run(_all(configs))
 
 
@@ -78,7 +73,7 @@ async def _all(configs: list[AgentConfig]) -> list[int]:
 
 async def _one(cfg: AgentConfig, own_log: bool) -> int:
     if own_log:
-        logs.own_file(log_name(cfg))
+        logs.own_file(restart_log_name(cfg))
     agent = Agent(cfg, shared=True)
     try:
         return await agent.run()

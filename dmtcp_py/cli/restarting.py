@@ -194,8 +194,8 @@ def _agent(cfg: AgentConfig, begun: Restore | None = None) -> int:
     import asyncio
 
     from dmtcp_py import logs
-    from dmtcp_py.agent.runner import Agent
-    logs.setup(f"agent-{cfg.tree_id}-restart-{os.getpid()}")
+    from dmtcp_py.agent.runner import Agent, restart_log_name
+    logs.setup(restart_log_name(cfg))
     return exit_code(asyncio.run(Agent(cfg, begun=begun).run()))
 
 

@@ -140,23 +140,27 @@ def _hash_wide(fd: int, size: int, algorithm: str, threads: bool = True) -> str:
     """The digest of fd's first size bytes, read through a memory map
     (chunks.mapped); on every core for BLAKE3 unless not threads."""
     h = chunks.blake3_hasher(threads=threads) if algorithm == "blake3" else hasher(algorithm)
-    with chunks.mapped(fd, 0, size) as view:
-        for at in range(0, size, _WIDE_STEP):
-            h.update(view[at:at + _WIDE_STEP])
+    _feed_mapped(h, fd, 0, size)
     return h.hexdigest()
+
+
+def _feed_mapped(h, fd: int, offset: int, length: int) -> None:
+    """Feed h fd's bytes [offset, offset + length), through a memory map
+    (chunks.mapped), _WIDE_STEP at a time."""
+    with chunks.mapped(fd, offset, length) as view:
+        for at in range(0, length, _WIDE_STEP):
+            h.update(view[at:at + _WIDE_STEP])
 
 
 def hash_more(fd: int, h) -> int:
     """Feed h from fd's position to its end (its position then); the
     bytes fed.  What is there when it begins is hashed through a memory
-    map (chunks.mapped), what a writer appended meanwhile is read after it."""
+    map, what a writer appended meanwhile is read after it."""
     total = 0
     at = os.lseek(fd, 0, os.SEEK_CUR)
     end = os.fstat(fd).st_size
     if end - at >= chunks.MAP_FROM:
-        with chunks.mapped(fd, at, end - at) as view:
-            for step in range(0, end - at, _WIDE_STEP):
-                h.update(view[step:step + _WIDE_STEP])
+        _feed_mapped(h, fd, at, end - at)
         os.lseek(fd, end, os.SEEK_SET)
         total = end - at
     # One buffer per thread, read into again and again: a fresh 1 MiB
