@@ -8,7 +8,8 @@ baseline measured in the same run, median and spread over several runs.
   many processes           checkpoint of 1..32 processes of 64 MiB against
                            raw `criu dump` of the same tree, per GiB against
                            one process, and the time the program is stopped
-                           against CRIU's own frozen time (bench_stop)
+                           against CRIU's frozen time of the same dump and
+                           of a raw dump (bench_stop)
   run-time overhead        five workloads natively and under dmtcp-launch,
                            the start-up of `dmtcp-launch /bin/true` (issue
                            17: --join at most native + 50 ms) and the time
@@ -84,7 +85,13 @@ CKPT_TARGET = Target(1.1, 0.05, "≤ 1.1x + 0.05 s")
 RESTART_TARGET = Target(1.1, 0.1, "≤ 1.1x + 0.1 s")
 LAZY_TARGET = Target(0.0, 0.3, "≤ 0.3 s")
 # and the program stopped by a checkpoint at most CRIU's own frozen time
-# + 20 ms, for 1 to 32 processes (the samples are seconds)
+# + 20 ms, for 1 to 32 processes (the samples are seconds).  "CRIU's own":
+# the frozen time CRIU reports for the very dump that stopped the program,
+# so the verdict is on what we add around CRIU.  Raw CRIU's frozen time, of
+# another dump of another copy of the tree, is shown beside it: it also
+# holds how much CRIU's own time varies from dump to dump on this VM
+# (1.25-4.17 s for the same 32-process tree within an hour, 2026-12-02),
+# which decided that verdict more than our code did.
 STOP_TARGET = Target(1.0, 0.020, "≤ frozen + 20 ms")
 
 
@@ -159,9 +166,12 @@ def trees(ws: Workspace, runs: int) -> list[Row]:
                 "criu dump of the same tree", "s"),
             Row("many processes", f"{what}: checkpoint per GiB", per_gib, per_gib_1,
                 f"{TREE_SIZES[0]} process, per GiB", "s"),
-            Row("many processes", f"{what}: program stopped", result.stop, raw_frozen,
-                "criu dump's frozen time", "ms", STOP_TARGET),
         ]
+        if result.frozen:  # (judged against the frozen time of the same dumps)
+            rows.append(Row("many processes", f"{what}: program stopped", result.stop,
+                            result.frozen, "CRIU's frozen time, same dump", "ms", STOP_TARGET))
+        rows.append(Row("many processes", f"{what}: program stopped", result.stop, raw_frozen,
+                        "raw criu dump's frozen time", "ms"))
     return rows
 
 
@@ -264,7 +274,9 @@ def document(table: str, args: argparse.Namespace, seconds: float, extra: str = 
         "decided the ratios. Restart is `dmtcp-restart` (a new coordinator, the digest of every",
         "image file checked, the page files while CRIU restores) until the program's first tick",
         "(it appends the time to a file every millisecond), against `criu restore` until its first tick. \"Program stopped\" is",
-        "the largest gap the program itself saw between two 1 ms ticks during the checkpoint.",
+        "the largest gap the program itself saw between two 1 ms ticks during the checkpoint;",
+        "its target is judged against the frozen time CRIU reported for that same dump (what we",
+        "add around CRIU), and raw CRIU's frozen time for another copy of the tree is shown too.",
         "Run-time workloads time only their own loop, natively and under `dmtcp-launch --join`.",
         "Many trees: N idle Python programs, each launched as its own tree, against the same",
         "programs started plainly; restart runs the generated `dmtcp_restart_script.sh` after every",
