@@ -47,6 +47,16 @@ def _criu_env(log_path: Path, track: bool = False) -> dict | None:
     return {**os.environ, **extra} if extra else None
 
 
+# the running `criu swrk` of each DumpSession: pid -> its log's file name,
+# which names the tree (a swrk's command line does not: tree._kill_criu)
+_sessions: dict[int, str] = {}
+
+
+def dump_pids(mark: str) -> list[int]:
+    """The pids of the dumps under way whose log's name holds mark."""
+    return [pid for pid, name in list(_sessions.items()) if mark in name]
+
+
 class DumpSession:
     """One criu swrk process and its RPC options, for a dump.
 
@@ -70,6 +80,7 @@ class DumpSession:
         finally:
             theirs.close()
         self.sock = ours
+        _sessions[self.proc.pid] = log_path.name
         self.rpc = _pycriu().criu()
         self.rpc.use_fd(ours.fileno())
         self.log_path, self.track = log_path, track
@@ -107,6 +118,7 @@ class DumpSession:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        _sessions.pop(self.proc.pid, None)
 
 
 def _failure(what: str, exc: Exception, log_path: Path,

@@ -133,10 +133,14 @@ def _kill_criu(mark: str | None = None) -> None:
     """SIGKILL this agent's CRIU processes (a restore or dump under way)
     and wait until each is dead (a zombie, or reaped already).  mark: only
     those whose command line names it (the tree's id, in the image's name:
-    a restore, its lazy pages, the processes it is making), where other
-    trees' agents run in this process."""
+    a restore, its lazy pages, the processes it is making; or, for a
+    dump's `criu swrk`, its log's), where other trees' agents run in this
+    process."""
+    from dmtcp_py.agent.criu_driver import dump_pids
+    dumps = dump_pids(mark) if mark is not None else []
     criu = [pid for pid in children_of(os.getpid()) if _is_criu(pid)
-            and (mark is None or mark in (procfs.read(f"/proc/{pid}/cmdline") or ""))]
+            and (mark is None or pid in dumps
+                 or mark in (procfs.read(f"/proc/{pid}/cmdline") or ""))]
     for pid in criu:
         try:
             os.kill(pid, signal.SIGKILL)

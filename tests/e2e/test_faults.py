@@ -247,3 +247,24 @@ def test_an_agent_killed_mid_checkpoint_no_process_stays_stopped(comp, programs)
     wait_for(lambda: last_tick(vout) >= seen + 10, timeout=TIMEOUT,
              what="the orphaned tree to go on")
     assert comp.status()["num_trees"] == 1 and comp.images() == first
+
+
+def test_a_tree_killed_mid_dump_takes_its_own_dumps_criu_and_no_others(tmp_path):
+    """Where the agents of several trees share one process (a restart of
+    trees in PID namespaces of their own), killing one tree kills the CRIU
+    of its dump under way: a `criu swrk`, whose command line does not name
+    the tree, so the agent knows it by its log.  Another tree's stays."""
+    from dmtcp_py.agent import criu_driver
+    from dmtcp_py.agent.tree import _kill_criu
+
+    ours = criu_driver.begin_dump(tmp_path / "criu-dump-aaaa1111.log")
+    theirs = criu_driver.begin_dump(tmp_path / "criu-dump-bbbb2222.log")
+    try:
+        _kill_criu("aaaa1111")
+        assert ours.proc.wait(timeout=TIMEOUT) == -signal.SIGKILL
+        assert theirs.proc.poll() is None
+        assert criu_driver.dump_pids("bbbb2222") == [theirs.proc.pid]
+    finally:
+        ours.close()
+        theirs.close()
+    assert criu_driver.dump_pids("aaaa1111") == criu_driver.dump_pids("bbbb2222") == []
