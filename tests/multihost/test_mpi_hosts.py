@@ -127,8 +127,13 @@ def test_mpi_job_across_hosts_moves_to_other_hosts(cluster_for, solvers, impl):
     try:
         code = restart.wait(timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
-        # seen about once in ten runs, more under load, not yet caught live:
-        # the job is done and right, but a restored tree does not end
-        pytest.xfail("known defect: after a restart across hosts the finished job's "
-                     "trees sometimes do not exit")
+        # UCX's race in MPI_Finalize, caught live twice (README, known
+        # limits): the ranks' trees are in PID namespaces of their own, so
+        # UCX joins them by TCP (natively here: shared memory); at MPI_Finalize
+        # each rank closes its endpoint with a remote flush, a zero-length PUT
+        # the peer must answer, and a rank whose own close completed first
+        # has left for the PMI barrier when the other's PUT comes (found
+        # unread in its socket).  The job is done and right; it never exits.
+        pytest.xfail("known defect of UCX over TCP: a rank that closed first never "
+                     "answers the other's flush at MPI_Finalize")
     assert code == 0, restart.err.read_text()
