@@ -5,7 +5,8 @@ reaches <STATE> (its work for that barrier done, before it reports it) waits
 that many seconds, so that a test can look at the tree there (is it really
 stopped? are its sockets parked?) or kill something there (a peer, the
 coordinator) and see what the others do.  The agent calls hold() where a
-state's work ends: today at SUSPENDED, at DRAINED, at RESTARTING (a
+state's work ends: today at PRECOPIED (the pre-copy stored, the program
+running), at SUSPENDED, at DRAINED, at RESTARTING (a
 restarting agent whose tree CRIU restored, before it reports CHECKPOINTED),
 and at RUNNING (a launched agent whose program runs, before it joins the
 coordinator).
@@ -66,3 +67,20 @@ def hold_env(state: State, seconds: float) -> dict[str, str]:
     name = env_name(state)
     _seconds(name, seconds)
     return {name: f"{seconds:g}"}
+
+
+# A failure on request, where a real one would leave the most to clean up:
+# DMTCP_TEST_FAIL_<POINT>=1.  Today PRECOPY_STORE: CRIU's pre-dump is done
+# (the program's written pages protected again) and storing it fails, so
+# the round's dump must not leave a page to any earlier image.
+FAIL_PREFIX = "DMTCP_TEST_FAIL_"
+
+
+class InjectedFault(OSError):
+    """What a failure point raises (an OSError: handled as the real ones)."""
+
+
+def fail_point(point: str) -> None:
+    """Raise InjectedFault if DMTCP_TEST_FAIL_<point> is 1 in our environment."""
+    if os.environ.get(FAIL_PREFIX + point, "").strip() == "1":
+        raise InjectedFault(f"fault injected at {point} ({FAIL_PREFIX + point}=1)")

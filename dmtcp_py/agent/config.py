@@ -21,5 +21,6 @@ class AgentConfig:
     manifest: Manifest | None = None
     compress: bool = False              # memory pages in zstd (images.compress)
     incremental: bool = False           # pages as chunks shared with the previous generation
+    precopy: bool = False               # memory pre-dumped as a round begins (images.precopy)
     lazy: bool = False                  # restart: memory pages on demand (criu lazy-pages)
     keep: int | None = None             # previous generations kept (None: the coordinator's)

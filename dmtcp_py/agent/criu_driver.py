@@ -182,6 +182,34 @@ def dump(root_pid: int, images_dir: Path, log_path: Path, *, leave_running: bool
         session.close()
 
 
+def pre_dump(root_pid: int, images_dir: Path, log_path: Path, *,
+             parent: Path | None = None) -> None:
+    """`criu pre-dump` of the running tree, with write tracking: the
+    memory only (no files, so the shims' links to the agent may stay),
+    CRIU's VM_READ mode (the tree is frozen while CRIU reads its page
+    tables and protects its written pages, then runs again while CRIU reads
+    the pages with process_vm_readv: a page written meanwhile is written
+    again, so it is dumped again by the next dump, whatever was read).
+    parent: the last tracked dump's pagemaps (tracking_parent's), whose
+    pages CRIU leaves there."""
+    pycriu = _pycriu()
+    session = DumpSession(log_path, track=True)
+    try:
+        session.fds.append(os.open(images_dir, os.O_DIRECTORY))
+        opts = session.rpc.opts
+        opts.images_dir_fd = session.fds[-1]
+        opts.track_mem = True
+        if parent is not None:
+            opts.parent_img = str(parent)
+        opts.pid = root_pid
+        opts.pre_dump_mode = pycriu.rpc.VM_READ
+        session.rpc.pre_dump()
+    except pycriu.CRIUException as exc:
+        raise _failure("pre-dump", exc, log_path, session) from None
+    finally:
+        session.close()
+
+
 _OPEN_TIME_ONLY = (os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_TRUNC | os.O_NOCTTY
                    | getattr(os, "O_TMPFILE", 0))
 

@@ -44,13 +44,14 @@ class Plan:
     def __init__(self, *, coord_host: str, coord_port: int, token: str, ckptdir: str,
                  tree_id: str, program: str, argv: list[str], path: str, compress: bool,
                  own_coordinator: bool, keep: int | None = None,
-                 incremental: bool = False) -> None:
+                 incremental: bool = False, precopy: bool = False) -> None:
         self.coord_host, self.coord_port, self.token = coord_host, coord_port, token
         self.ckptdir = ckptdir        # absolute
         self.tree_id = tree_id
         self.program = program        # as given (its base name names the tree)
         self.argv, self.path = argv, path
         self.compress, self.keep, self.incremental = compress, keep, incremental
+        self.precopy = precopy
         self.own_coordinator = own_coordinator  # started by this launch
 
 

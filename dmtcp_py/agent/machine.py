@@ -35,6 +35,7 @@ TRAFFIC_EVERY = 5.0    # seconds between samples of the tree's traffic and load 
 
 
 class Work(enum.Enum):
+    PRECOPY = "precopy"        # the running tree's memory pre-dumped (images.precopy)
     SUSPEND = "suspend"        # every process stops its threads
     ELECT = "elect"            # every process claims its sockets (F_SETOWN)
     DRAIN = "drain"            # sockets parked with the agent, connections drained
@@ -44,6 +45,7 @@ class Work(enum.Enum):
 
 
 WORK_AT = {
+    State.PRECOPIED: Work.PRECOPY,
     State.SUSPENDED: Work.SUSPEND,
     State.FD_LEADER_ELECTION: Work.ELECT,
     State.DRAINED: Work.DRAIN,
@@ -246,6 +248,7 @@ class Identity:
     restart_generation: int = 0
     restart_trees: int = 1
     restart_image: messages.ImageInfo | None = None  # where it restores from
+    precopy: bool = False  # its checkpoints begin with a pre-copy (images.precopy)
 
 
 # (a mutable record: @dataclass wrote its methods for these ~30 fields at
@@ -328,7 +331,7 @@ class AgentMachine:
         """The first message to a coordinator: a rejoin once we had one."""
         ident = self.identity
         base = dict(role=messages.Role.AGENT, token=token, host=host, pid=pid,
-                    program=ident.program, tree_id=ident.tree_id)
+                    program=ident.program, tree_id=ident.tree_id, precopy=ident.precopy)
         if self.ever_linked:
             # the coordinator we had died: this one takes us back
             return messages.Hello(**base, rejoin=True, comp_id=self.comp_id,

@@ -72,12 +72,12 @@ def import_checkpoint_modules() -> None:
 def _identity(cfg: AgentConfig) -> am.Identity:
     m = cfg.manifest
     if m is None:
-        return am.Identity(cfg.tree_id, cfg.program)
+        return am.Identity(cfg.tree_id, cfg.program, precopy=cfg.precopy)
     image = ImageInfo(path=str(cfg.image), host=hostname(), tree_id=m.tree_id,
                       program=m.program, bytes=m.total_bytes, processes=len(m.pids))
     return am.Identity(cfg.tree_id, cfg.program, restart_comp_id=m.comp_id,
                        restart_generation=m.generation, restart_trees=m.num_trees,
-                       restart_image=image)
+                       restart_image=image, precopy=cfg.precopy)
 
 
 class Agent:

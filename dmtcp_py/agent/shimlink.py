@@ -448,7 +448,7 @@ class ShimLink:
         return {s.pid: left for s, left in zip(shims, lefts)}
 
     async def trackers(self, pids: set[int], timeout: float) -> dict[int, int | str]:
-        """TRACK (processes suspended): each process of pids makes a
+        """TRACK (processes suspended, or running for a pre-copy): each process of pids makes a
         userfaultfd of its memory and hands it over (agent/tracking.py);
         pid -> the fd (ours to close), or why it could not.  A shim that
         does not know TRACK (an older one, brought back by its image) does

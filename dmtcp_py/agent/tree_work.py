@@ -84,6 +84,9 @@ class TreeWork:
         # dump has no parent)
         self._trackers = tracking.Trackers()
         self._tracked_since: int | None = None
+        # --precopy: this round's pre-copy (images.precopy.Layer), until a
+        # dump takes it as its parent (or drops it)
+        self._layer = None
         self._tracking_refused = False  # CRIU could not track: dumps are whole again
         # the next publication may share chunks with the published generation
         # (not after one found that generation damaged)
@@ -95,6 +98,54 @@ class TreeWork:
         that has it."""
         return (self.cfg.incremental and not self.cfg.compress and not unprivileged()
                 and not self._tracking_refused and tracking.available())
+
+    async def _precopy(self, step: Step) -> WorkResult:
+        """The running tree's memory pre-dumped into a layer (images.precopy)
+        that the round's dump then takes as its parent.  Never fails the
+        round: without a layer the dump writes every page it would have."""
+        if self.cfg.precopy and self._tracks() and self.tree.root_pid is not None:
+            await self._take_layer(step)
+        await fault_injection.hold(State.PRECOPIED)
+        return WorkResult()
+
+    async def _take_layer(self, step: Step) -> None:
+        """Trackers for every process (asked of running shims), then CRIU's
+        pre-dump stored as self._layer; a failure is logged and leaves none."""
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        await loop.run_in_executor(None, self._drop_layer)  # (a round given up before its dump)
+        try:
+            await self.bring_in()  # (the trackers are asked of connected shims)
+            await self._track()
+        except Exception as exc:  # (an asyncio error of a shim that went away)
+            log.warning("pre-copy skipped: the processes could not be tracked: %r", exc)
+            return
+        # from here on the pages the published generation left protected
+        # are protected again by the pre-dump: only its layer holds them
+        since, self._tracked_since = self._tracked_since, None
+        assert self.cfg.ckptdir is not None, "the coordinator's welcome sets it"
+        from dmtcp_py.images import precopy  # (checkpoints with --precopy only)
+        cfg, root = self.cfg, self.tree.root_pid
+        name = _checkpoint().store.image_name(cfg.program, cfg.tree_id)
+        try:
+            self._layer = await loop.run_in_executor(None, lambda: precopy.take(
+                cfg.ckptdir, name, step.generation, root,
+                run_dir() / f"criu-predump-{cfg.tree_id}.log", since, self._parent_view(),
+                self._share))
+        except (criu_driver.CriuError, OSError, ImageError) as exc:
+            log.warning("pre-copy failed (the dump writes every page): %s", exc)
+            if any(words in str(exc) for words in tracking.CRIU_REFUSALS):
+                log.warning("write tracking turned off for this tree: %s", exc)
+                self._tracking_refused = True
+            return
+        stored = self._layer.stored
+        log.info("generation %d: pre-copied %d bytes (%d shared) in %.3f s", step.generation,
+                 stored.written, stored.shared, time.monotonic() - started)
+
+    def _drop_layer(self) -> None:
+        layer, self._layer = self._layer, None
+        if layer is not None:
+            _checkpoint().delete([layer.directory])
 
     async def carry_out(self, step: Step) -> WorkResult:
         """One barrier's work; a bug of ours never leaves the tree stopped."""
@@ -263,8 +314,15 @@ class TreeWork:
             ticker = asyncio.create_task(self._report_progress(step.generation, ckpt, pids))
             track = self._tracks()
             since, self._tracked_since = self._tracked_since, None
+            layer, self._layer = self._layer, None  # (any dump takes it: images.precopy)
             parent = None
-            if track and not moving and since is not None:
+            if layer is not None and track and not moving:
+                ckpt.layer = layer  # (finish stores the pages with it as the previous)
+                parent = await loop.run_in_executor(None, _checkpoint().parent_view,
+                                                    layer.directory, self._parent_view())
+            elif layer is not None:
+                await loop.run_in_executor(None, _checkpoint().delete, [layer.directory])
+            elif track and not moving and since is not None:
                 parent = await loop.run_in_executor(None, ckpt.tracking_parent, since,
                                                     self._parent_view())
             try:
@@ -587,6 +645,7 @@ def _no_failure_inside(pids: list[int]) -> None:
 
 
 _STEPS = {
+    Work.PRECOPY: TreeWork._precopy,
     Work.SUSPEND: TreeWork._suspend,
     Work.ELECT: TreeWork._elect,
     Work.DRAIN: TreeWork._drain,

@@ -1,5 +1,5 @@
 """What the commands that run programs share: the coordinator choice and
---gzip and --incremental options.  (The options and one-line errors of every command are in
+--gzip, --incremental and --precopy options.  (The options and one-line errors of every command are in
 base.py; which coordinator they use, coordinators.py.)"""
 from __future__ import annotations
 
@@ -27,3 +27,11 @@ def incremental_option(f):
                         "(1 MiB chunks, the rest shared with it by hard links); a restart from "
                         "such a generation first puts its page files together [env "
                         "DMTCP_INCREMENTAL=1; default: no].")(f)
+
+
+def precopy_option(f):
+    return click.option("--precopy/--no-precopy", envvar="DMTCP_PRECOPY", default=False,
+                        help="Write most of each checkpoint's memory while the program runs "
+                        "(CRIU's pre-dump): the program is stopped only to dump what it wrote "
+                        "meanwhile; the checkpoint as a whole takes longer.  Implies "
+                        "--incremental [env DMTCP_PRECOPY=1; default: no].")(f)

@@ -98,11 +98,11 @@ class LaunchArgs:
     def __init__(self, *, host: str, port: int, join: bool, new_coordinator: bool,
                  ckptdir: str | None, interval: float | str | None, gzip: bool,
                  program: str, args: list[str], keep: int | None = None,
-                 incremental: bool = False) -> None:
+                 incremental: bool = False, precopy: bool = False) -> None:
         self.host, self.port = host, port
         self.join, self.new_coordinator = join, new_coordinator
         self.ckptdir, self.interval, self.gzip = ckptdir, interval, gzip
-        self.keep, self.incremental = keep, incremental
+        self.keep, self.incremental, self.precopy = keep, incremental or precopy, precopy
         self.program, self.args = program, args
 
 
@@ -166,17 +166,19 @@ _CHOICE_FLAGS = {"-j": ("join", True), "--join": ("join", True),
                  "--new-coordinator": ("new_coordinator", True),
                  "--gzip": ("gzip", True), "--no-gzip": ("gzip", False),
                  "--incremental": ("incremental", True),
-                 "--no-incremental": ("incremental", False)}
+                 "--no-incremental": ("incremental", False),
+                 "--precopy": ("precopy", True), "--no-precopy": ("precopy", False)}
 _CHOICE_VALUED = {"--keep": ("keep", _keep), "--ckptdir": ("ckptdir", _text)}
 
 
 def _from_environment() -> dict | None:
     """What the environment says for the options above; None: click's to refuse."""
     gzip, incremental = _flag_env("DMTCP_GZIP"), _flag_env("DMTCP_INCREMENTAL")
-    if gzip is None or incremental is None:
+    precopy = _flag_env("DMTCP_PRECOPY")
+    if gzip is None or incremental is None or precopy is None:
         return None
     got = {"join": False, "new_coordinator": False, "ckptdir": None, "gzip": gzip,
-           "incremental": incremental, "keep": None}
+           "incremental": incremental, "precopy": precopy, "keep": None}
     if os.environ.get("DMTCP_KEEP"):
         got["keep"] = _keep(os.environ["DMTCP_KEEP"])
         if got["keep"] is None:
@@ -210,10 +212,11 @@ class RestartArgs:
     def __init__(self, *, host: str, port: int, join: bool, new_coordinator: bool,
                  ckptdir: str | None, gzip: bool, incremental: bool, keep: int | None,
                  any_owner: bool, allow_changed_files: bool, lazy: bool,
-                 generation: int | None, images: list[str]) -> None:
+                 generation: int | None, images: list[str], precopy: bool = False) -> None:
         self.host, self.port = host, port
         self.join, self.new_coordinator = join, new_coordinator
-        self.ckptdir, self.gzip, self.incremental, self.keep = ckptdir, gzip, incremental, keep
+        self.ckptdir, self.gzip, self.keep = ckptdir, gzip, keep
+        self.incremental, self.precopy = incremental or precopy, precopy
         self.any_owner, self.allow_changed_files = any_owner, allow_changed_files
         self.lazy, self.generation = lazy, generation
         self.images = images

@@ -8,7 +8,8 @@ import click
 from dmtcp_py import __version__
 from dmtcp_py.cli.base import (CONTEXT, INTERVAL, coord_host_option, coord_port_option,
                                keep_option)
-from dmtcp_py.cli.common import coordinator_choice_options, gzip_option, incremental_option
+from dmtcp_py.cli.common import (coordinator_choice_options, gzip_option, incremental_option,
+                                 precopy_option)
 from dmtcp_py.cli.fastargs import LaunchArgs
 from dmtcp_py.cli.launcher import launch
 
@@ -25,12 +26,13 @@ from dmtcp_py.cli.launcher import launch
               help="Checkpoint interval of a coordinator started here (auto: it chooses).")
 @gzip_option
 @incremental_option
+@precopy_option
 @keep_option
 @click.version_option(__version__, "--version")
 @click.argument("program")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def cli(coord_host, coord_port, join, new_coordinator, ckptdir, interval, gzip, incremental, keep,
-        program, args):
+def cli(coord_host, coord_port, join, new_coordinator, ckptdir, interval, gzip, incremental,
+        precopy, keep, program, args):
     """Run PROGRAM with ARGS under checkpoint control.
 
     Starts a coordinator on this host when none answers (unless --join).
@@ -39,4 +41,4 @@ def cli(coord_host, coord_port, join, new_coordinator, ckptdir, interval, gzip, 
     return launch(LaunchArgs(host=coord_host, port=coord_port, join=join,
                              new_coordinator=new_coordinator, ckptdir=ckptdir,
                              interval=interval, gzip=gzip, program=program, args=list(args),
-                             keep=keep, incremental=incremental))
+                             keep=keep, incremental=incremental, precopy=precopy))

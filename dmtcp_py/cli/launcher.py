@@ -95,7 +95,7 @@ def launch(a: fastargs.LaunchArgs) -> int:
                       ckptdir=os.path.realpath(chosen), tree_id=tree_id,
                       program=a.program, argv=argv, path=path, compress=a.gzip,
                       own_coordinator=isinstance(found, Starting), keep=a.keep,
-                      incremental=a.incremental)
+                      incremental=a.incremental, precopy=a.precopy)
     try:
         started = early.start(plan)
     except BaseException as exc:
@@ -147,5 +147,6 @@ def _run_agent(plan: early.Plan, started: early.Started) -> int:
     cfg = AgentConfig(coord_host=plan.coord_host, coord_port=plan.coord_port, token=plan.token,
                       ckptdir=Path(plan.ckptdir), tree_id=plan.tree_id,
                       program=os.path.basename(plan.program), argv=plan.argv, path=plan.path,
-                      compress=plan.compress, keep=plan.keep, incremental=plan.incremental)
+                      compress=plan.compress, keep=plan.keep, incremental=plan.incremental,
+                      precopy=plan.precopy)
     return exit_code(asyncio.run(Agent(cfg, started).run()))

@@ -7,7 +7,8 @@ import click
 
 from dmtcp_py import __version__
 from dmtcp_py.cli.base import CONTEXT, coord_host_option, coord_port_option, keep_option
-from dmtcp_py.cli.common import coordinator_choice_options, gzip_option, incremental_option
+from dmtcp_py.cli.common import (coordinator_choice_options, gzip_option, incremental_option,
+                                 precopy_option)
 from dmtcp_py.cli.fastargs import RestartArgs
 from dmtcp_py.cli.restart_flow import run_restart
 
@@ -20,6 +21,7 @@ from dmtcp_py.cli.restart_flow import run_restart
               help="Where the next checkpoints go [default: next to each image].")
 @gzip_option
 @incremental_option
+@precopy_option
 @keep_option
 @click.option("--any-owner", is_flag=True,
               help="Restart images that another user owns (refused otherwise).")
@@ -35,11 +37,11 @@ from dmtcp_py.cli.restart_flow import run_restart
               help="Restart generation N of each IMAGE: the image itself, or the one kept "
                    "beside it (IMAGE.gen-N) once a newer generation took its name.")
 @click.argument("images", nargs=-1, required=True, metavar="IMAGE...")
-def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, incremental, keep,
-        any_owner, allow_changed_files, lazy, generation, images):
+def cli(coord_host, coord_port, join, new_coordinator, ckptdir, gzip, incremental, precopy,
+        keep, any_owner, allow_changed_files, lazy, generation, images):
     """Restart the trees in the ckpt_*.dmtcp IMAGEs of one computation."""
     return run_restart(RestartArgs(host=coord_host, port=coord_port, join=join,
                                new_coordinator=new_coordinator, ckptdir=ckptdir, gzip=gzip,
                                incremental=incremental, keep=keep, any_owner=any_owner,
                                allow_changed_files=allow_changed_files, lazy=lazy,
-                               generation=generation, images=list(images)))
+                               generation=generation, images=list(images), precopy=precopy))

@@ -83,7 +83,7 @@ def restart(a: fastargs.RestartArgs, starting: Starting | None) -> int:
                            ckptdir=Path(ckptdir).resolve() if ckptdir else home_dir(image),
                            tree_id=m.tree_id, program=m.program, argv=m.argv,
                            image=image, manifest=m, compress=gzip, lazy=lazy, keep=keep,
-                           incremental=incremental)
+                           incremental=incremental, precopy=a.precopy)
 
     if len(loaded) == 1:
         return _agent(config(*loaded[0]), begun)

@@ -49,7 +49,7 @@ from dmtcp_py.protocol.messages import (
     TreeEnded,
     Welcome,
 )
-from dmtcp_py.protocol.states import State, next_state
+from dmtcp_py.protocol.states import State, first_state, next_state
 
 # ---- actions the server carries out -------------------------------------
 
@@ -135,6 +135,7 @@ class Agent:
     dismissed: bool = False         # we told it to end (Kill): its going is no failure
     silent: str | None = None       # dropped for silence: why
     replica_service: ReplicaTarget | None = None  # where it takes copies (--replicas)
+    precopy: bool = False           # its tree is pre-copied as a checkpoint begins
 
     def label(self) -> str:
         return f"{self.program}@{self.host} (agent pid {self.pid})"
@@ -199,7 +200,10 @@ class Round:
     # generation is complete when both have happened.
     published: set[int] = field(default_factory=set)
     resumed: bool = False
-    resumed_at: float | None = None  # when: the program was stopped from `started` to this
+    # when the program was stopped (SUSPENDED went out: `started`, unless
+    # the round began with a pre-copy) and when it ran again
+    suspended_at: float | None = None
+    resumed_at: float | None = None
     commit_ok: bool = False  # every tree dumped: the agents publish
     failed_conns: set[str] = field(default_factory=set)  # not drained at one end
     sockets: bool = False     # a tree has sockets to hand over (_SAYS_SOCKETS)
@@ -303,7 +307,8 @@ class CoordinatorMachine:
     def agent_joined(self, agent_id: int, hello: Hello, now: float) -> list:
         """hello was checked by the server (token, version, role)."""
         agent = Agent(agent_id, hello.host, hello.pid, hello.program, hello.tree_id,
-                      State.RESTARTING if hello.restart else State.RUNNING, last_heard=now)
+                      State.RESTARTING if hello.restart else State.RUNNING, last_heard=now,
+                      precopy=hello.precopy)
         actions: list = []
         if hello.restart:
             refusal = self._admit_restart(agent, hello, now)
@@ -648,8 +653,12 @@ class CoordinatorMachine:
         if not self.agents:
             return self._reply(client_id, False, error="no processes to checkpoint")
         stop = stop or self.exit_after_ckpt
-        rnd = Round(RoundKind.CHECKPOINT, self.generation + 1, State.SUSPENDED, now,
-                    participants=set(self.agents), stop=stop)
+        # a pre-copy if a tree wants one; not when the program ends with
+        # its dump (its stop is the end)
+        precopy = not stop and any(a.precopy for a in self.agents.values())
+        rnd = Round(RoundKind.CHECKPOINT, self.generation + 1, first_state(precopy), now,
+                    participants=set(self.agents), stop=stop,
+                    suspended_at=None if precopy else now)
         self.round = rnd
         if blocking and client_id is not None:
             rnd.waiters.append(client_id)
@@ -985,7 +994,7 @@ class CoordinatorMachine:
         if rnd.stop or rnd.resumed_at is None:
             return []  # (with --stop the program does not run again: no cost to weigh)
         at = rnd.resumed_at
-        self.auto_interval.checkpointed(at - rnd.started)
+        self.auto_interval.checkpointed(at - (rnd.suspended_at or rnd.started))
         if not self.interval_auto:
             return []
         self.interval = self.auto_interval.choose(at)
@@ -1272,6 +1281,8 @@ class CoordinatorMachine:
                     self.agents[agent_id].external = ()
         rnd.state = next_state(rnd.state, rnd.socketless)
         rnd.reached = set()
+        if rnd.state is State.SUSPENDED:
+            rnd.suspended_at = now
         return commit + self._broadcast(rnd)
 
     def _maybe_complete(self, now: float) -> list:

@@ -89,6 +89,9 @@ class Checkpoint:
     facts: TreeFacts | None = None   # save_files's too
     sockets: list[dict] | None = None  # take_sockets's
     dumped_at: float = 0.0           # wall clock when CRIU was done: the manifest's time
+    # the pre-copy of this round (images.precopy.Layer), the dump's parent:
+    # finish stores the pages with it as the previous generation
+    layer: object | None = None
 
     @classmethod
     def begin(cls, ckptdir: Path, program: str, tree_id: str, generation: int) -> Checkpoint:
@@ -132,26 +135,13 @@ class Checkpoint:
 
     def tracking_parent(self, generation: int, view: Path) -> Path | None:
         """For a dump with write tracking whose pages were last protected
-        by the dump of `generation`: a directory that shows CRIU the
-        published generation's pagemaps (and its inventory, and an empty
-        pages file each: CRIU opens them but reads none), if the published
-        generation is that one and its chunks can be shared; else None,
-        and the dump writes every page."""
+        by the dump of `generation`: parent_view of the published
+        generation, if it is that one and its chunks can be shared; else
+        None, and the dump writes every page."""
         previous = _previous(self.final)
         if previous is None or previous.generation != generation:
             return None
-        from dmtcp_py.images import page_chain
-        store.discard(view)
-        view.mkdir(mode=0o700)
-        for pagemap in self.final.glob("pagemap-*.img"):
-            pm = page_chain.read_pagemap(pagemap)
-            if pm is None:
-                store.discard(view)
-                return None
-            os.symlink(pagemap, view / pagemap.name)
-            (view / f"pages-{pm.pages_id}.img").touch(mode=0o600)
-        os.symlink(self.final / "inventory.img", view / "inventory.img")
-        return view
+        return parent_view(self.final, view)
 
     def written(self) -> int:
         """Bytes written so far (while CRIU dumps)."""
@@ -226,18 +216,22 @@ class Checkpoint:
         followed: dict = {}
         if self.follower is not None:
             follower, self.follower = self.follower, None
-            if compressed or incremental:  # the page files change before the seal
+            if compressed or incremental or self.layer is not None:  # changed before the seal
                 follower.close()
             else:
                 followed = follower.taken()
         stored = chunks.Stored()
         if compressed and compress.compress(self.partial):
             m = replace(m, compression=compress.NAME)
-        elif incremental:
-            previous = _previous(self.final) if share else None
+        elif incremental or self.layer is not None:
+            if self.layer is not None:  # (a pre-copy: it shared what it could)
+                before, previous = self.layer.directory, self.layer.stored
+            else:
+                previous = _previous(self.final) if share else None
+                before = self.final if previous else None
             self.set_aside = self.partial.with_name(self.partial.name + ".dumped")
-            stored = chunks.store(self.partial, self.generation,
-                                  self.final if previous else None, previous, self.set_aside)
+            stored = chunks.store(self.partial, self.generation, before, previous,
+                                  self.set_aside)
             self.stored = stored
             self.steps["chunks"] = time.monotonic()
         # with CRIU's files set aside, no syncfs: it would write them to the disk
@@ -255,6 +249,7 @@ class Checkpoint:
         m.write(self.partial)
         expired = store.publish(self.partial, self.final, keep, durable)
         self.steps["publish"] = time.monotonic()
+        self._drop_layer()  # (names only: what the generation uses, it linked)
         return expired + ([self.set_aside] if aside else [])
 
     def discard(self) -> None:
@@ -264,9 +259,35 @@ class Checkpoint:
         store.discard(self.partial)
         if self.set_aside is not None:
             store.discard(self.set_aside)
+        self._drop_layer()
+
+    def _drop_layer(self) -> None:
+        layer, self.layer = self.layer, None
+        if layer is not None:
+            store.discard(layer.directory)
 
 
 PARENT_LINK = "parent"  # what CRIU names the link to a dump's parent images
+
+
+def parent_view(images: Path, view: Path) -> Path | None:
+    """A directory (view, made anew) that shows CRIU the pagemaps of
+    images, a generation or a pre-copy whose pagemaps are whole (and its
+    inventory, and an empty pages file each: CRIU opens them but reads
+    none), for a tracked dump to leave the pages not written since in; None
+    if a pagemap cannot be read (the dump then writes every page)."""
+    from dmtcp_py.images import page_chain
+    store.discard(view)
+    view.mkdir(mode=0o700)
+    for pagemap in images.glob("pagemap-*.img"):
+        pm = page_chain.read_pagemap(pagemap)
+        if pm is None:
+            store.discard(view)
+            return None
+        os.symlink(pagemap, view / pagemap.name)
+        (view / f"pages-{pm.pages_id}.img").touch(mode=0o600)
+    os.symlink(images / "inventory.img", view / "inventory.img")
+    return view
 
 
 def _previous(final: Path) -> Manifest | None:
@@ -289,7 +310,8 @@ def _clear_stale(ckptdir: Path, name: str) -> None:
     for stale in [*ckptdir.glob(f".{name}.partial-*-*"), *ckptdir.glob(f".{name}.restore-*"),
                   *ckptdir.glob(f".{name}.gen-*.expired-*")]:
         try:
-            pid = int(stale.name.removesuffix(".dumped").rsplit("-", 1)[1])
+            pid = int(stale.name.removesuffix(".dumped").removesuffix(".precopy")
+                      .rsplit("-", 1)[1])
             os.kill(pid, 0)
         except ProcessLookupError:
             if store.retired_name(stale.name) is not None:

@@ -313,6 +313,14 @@ class Stored:
     written: int = 0   # bytes written (and fsynced) into new data files
     shared: int = 0    # bytes of chunks linked from the previous generation
 
+    # (read like a manifest's where a later store() shares from these:
+    # a pre-copy's, agent.precopy)
+    compression = ""
+
+    @property
+    def data_xxh3(self) -> dict[str, str]:
+        return self.quick
+
     @property
     def digests(self) -> dict[str, str]:
         return {name: list_digest([c[1] for c in chunks]) for name, chunks in self.data.items()}
@@ -330,7 +338,7 @@ class DamagedParent(ImageError):
 class _Index:
     """The chunks of the previous generation, by digest."""
 
-    def __init__(self, directory: Path | None, m: Manifest | None) -> None:
+    def __init__(self, directory: Path | None, m: Manifest | Stored | None) -> None:
         self.directory = directory
         self.where: dict[str, tuple[str, int, int]] = {}  # digest -> (file, offset, length)
         self.sizes: dict[str, int] = {}
@@ -384,9 +392,13 @@ class _Index:
 
 
 def store(partial: Path, generation: int, previous: Path | None,
-          previous_manifest: Manifest | None, set_aside: Path | None = None) -> Stored:
+          previous_manifest: Manifest | Stored | None, set_aside: Path | None = None,
+          tag: str | None = None) -> Stored:
     """Replace every pages-N.img of partial by data files in partial (new
     ones fsynced, old ones linked from previous), as the module says.
+    previous_manifest: the previous generation's, or what store() made of
+    a pre-copy (agent.precopy) in previous.  New data files are named
+    pages-N-<tag>.img (default g<generation>).
     With a previous generation to share with, CRIU's files are moved out of
     the way first: into set_aside (a new directory on the same file system,
     for the caller to remove once it replied), else to hidden names in
@@ -410,15 +422,16 @@ def store(partial: Path, generation: int, previous: Path | None,
         pages_files = moved
     from concurrent.futures import ThreadPoolExecutor
     out = Stored()
+    tag = tag or f"g{generation}"
     workers = os.cpu_count() or 2
     with ThreadPoolExecutor(max_workers=workers) as pool, \
             ThreadPoolExecutor(max_workers=1) as flusher:
         # one file after the other, the biggest first, each on every core
         results = [
-            _store_one_tracked(partial, generation, p, *tracked[name], index, previous_manifest,
+            _store_one_tracked(partial, tag, p, *tracked[name], index, previous_manifest,
                                flusher, pool)
             if name in tracked else
-            _store_one(partial, generation, p, runs.get(name), index, flusher, pool, workers)
+            _store_one(partial, tag, p, runs.get(name), index, flusher, pool, workers)
             for p in pages_files
             for name in [p.name.removeprefix(".dumped-")]]
     for pages_name, chunks_of, quick, order, written, shared in results:
@@ -467,7 +480,7 @@ def _whole_file(partial: Path, pages: Path, own: str, lengths: list[int], flushe
     return digests
 
 
-def _store_one(partial: Path, generation: int, pages: Path, runs, index: _Index,
+def _store_one(partial: Path, tag: str, pages: Path, runs, index: _Index,
                flusher: Executor, pool: Executor, workers: int):
     """(pages name, {data file: chunks}, {data file: QUICK digest}, its
     order, bytes written, bytes shared) for one of CRIU's pages files (in
@@ -476,7 +489,7 @@ def _store_one(partial: Path, generation: int, pages: Path, runs, index: _Index,
     size = pages.stat().st_size
     lengths = cut(size, runs)
     pages_name = pages.name.removeprefix(".dumped-")
-    own = f"{pages_name[:-len('.img')]}-g{generation}.img"
+    own = f"{pages_name[:-len('.img')]}-{tag}.img"
     if not index:  # the first generation: CRIU's file is the data file
         both = _whole_file(partial, pages, pages_name, lengths, flusher, pool, workers)
         return (pages_name, {pages_name: [[n, d] for n, (d, _) in zip(lengths, both)]},
@@ -566,7 +579,7 @@ def _own_file(partial: Path, own: str, new: list[list], new_quick: list[str], in
 IN_PLACE_WASTE = 1 / 4
 
 
-def _tracked_chunks(pagemap: Path, pm, index: _Index, previous: Manifest):
+def _tracked_chunks(pagemap: Path, pm, index: _Index, previous: Manifest | Stored):
     """The plan of a tracked dump's pages file (images.tracked_pages): its
     pagemap's entries made whole, and per chunk of the generation, in
     address order, (length, pieces, the parent's chunk it is or None)."""
@@ -629,8 +642,9 @@ def _in_place(partial: Path, pages: Path, own: str, planned: list):
     return segments, fd
 
 
-def _store_one_tracked(partial: Path, generation: int, pages: Path, pagemap: Path, pm,
-                       index: _Index, previous: Manifest, flusher: Executor, pool: Executor):
+def _store_one_tracked(partial: Path, tag: str, pages: Path, pagemap: Path, pm,
+                       index: _Index, previous: Manifest | Stored, flusher: Executor,
+                       pool: Executor):
     """_store_one for a pages file CRIU wrote with write tracking: only the
     written pages, the rest in the parent (images.tracked_pages).  Its
     pagemap is made whole in partial; a chunk the parent had unchanged is
@@ -643,7 +657,7 @@ def _store_one_tracked(partial: Path, generation: int, pages: Path, pagemap: Pat
     from dmtcp_py.images.writeback import start_writeback
     whole, planned = _tracked_chunks(pagemap, pm, index, previous)
     pages_name = f"pages-{pm.pages_id}.img"
-    own = f"{pages_name[:-len('.img')]}-g{generation}.img"
+    own = f"{pages_name[:-len('.img')]}-{tag}.img"
     kept = _in_place(partial, pages, own, planned)
     segments = kept[0] if kept is not None else []
     source = partial / own if kept is not None else pages   # where CRIU's pages are now

@@ -277,6 +277,9 @@ class Hello(Message):
     # a client (dmtcp-launch): the tree it is about to start, whose agent
     # checkpoints wait for while this connection lasts (coordinator/launching.py)
     launching: str = ""
+    # an agent: its tree wants a pre-copy before each checkpoint's suspend
+    # (State.PRECOPIED, images.precopy)
+    precopy: bool = False
 
 
 # coordinator -> peer, the answer to hello

@@ -12,6 +12,9 @@ import enum
 
 class State(enum.Enum):
     RUNNING = "RUNNING"
+    # a round with pre-copy (images.precopy) begins here: its trees' memory
+    # pre-dumped while they run, before SUSPENDED
+    PRECOPIED = "PRECOPIED"
     SUSPENDED = "SUSPENDED"
     FD_LEADER_ELECTION = "FD_LEADER_ELECTION"
     DRAINED = "DRAINED"
@@ -25,6 +28,7 @@ class State(enum.Enum):
 # state -> the state its barrier leads to
 _NEXT: dict[State, State] = {
     State.RUNNING: State.SUSPENDED,
+    State.PRECOPIED: State.SUSPENDED,
     State.SUSPENDED: State.FD_LEADER_ELECTION,
     State.FD_LEADER_ELECTION: State.DRAINED,
     State.DRAINED: State.CHECKPOINTED,
@@ -56,8 +60,22 @@ def next_state(state: State, socketless: bool = False) -> State:
     return _NEXT[state]
 
 
+# A round with pre-copy (chosen by the coordinator) enters at PRECOPIED
+# instead of SUSPENDED; the program still runs there, so a round given up
+# in it leaves an agent at PRECOPIED, from where the next round may begin
+# with a pre-copy again.
+_ENTER_PRECOPY = frozenset({State.RUNNING, State.PRECOPIED})
+
+
+def first_state(precopy: bool) -> State:
+    """Where a checkpoint round begins."""
+    return State.PRECOPIED if precopy else State.SUSPENDED
+
+
 def check_transition(current: State, target: State, socketless: bool = False) -> None:
     """socketless: the round may skip the barriers only sockets need."""
+    if target is State.PRECOPIED and current in _ENTER_PRECOPY:
+        return
     if _NEXT.get(current) is not target \
             and not (socketless and _SOCKETLESS.get(current) is target):
         raise TransitionError(f"illegal transition {current.value} -> {target.value}")

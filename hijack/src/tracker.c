@@ -1,7 +1,7 @@
 /*
  * The tracker: a userfaultfd of this process's memory in asynchronous
  * write-protect mode (UFFD_FEATURE_WP_ASYNC, Linux 6.7), made at the
- * agent's TRACK while the process is suspended and handed over to it.
+ * agent's TRACK and handed over to it.
  *
  * A userfaultfd belongs to the memory of the process that made it, so the
  * agent cannot make it; but CRIU cannot dump a process that holds one, and
@@ -10,9 +10,10 @@
  * dump, and our CRIU reads which pages were written since the last one
  * (dmtcp_py/agent/tracking.py, scripts/criu-patches/0004).  Nothing
  * is ever delivered on it: asynchronous write protection resolves each
- * first write in the kernel.  Made only while every other thread is
- * stopped (the number it takes, the lowest free one, is in use for a
- * moment only: no program thread can meet it).
+ * first write in the kernel.  Asked for while the process is suspended,
+ * or, for a pre-copy (dmtcp_py/images/precopy.py), while it runs: the
+ * number it takes, the lowest free one, is then in use for a moment only,
+ * as the agent link's socket is before it moves up (channel.c).
  */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -104,6 +104,27 @@ def test_a_checkpoint_names_each_barriers_work_in_order():
     assert m.state is State.RUNNING and m.running
 
 
+def test_a_precopy_runs_with_the_program_running_and_the_round_goes_on_from_there():
+    """PRECOPIED: its work is the pre-copy, the program running (a process
+    that connects then is neither suspended nor released); the hello says
+    the tree wants one; a round given up there may begin again."""
+    m = AgentMachine(Identity("tree-1", "prog", precopy=True))
+    assert m.hello("tok", "host", 7).precopy
+    m.welcomed(WELCOME)
+    step = step_of(m.on_message(barrier(State.PRECOPIED)))
+    assert step.work is Work.PRECOPY and step.target is State.PRECOPIED
+    assert m.running and not m.owes_suspend(False) and not m.owes_resume(False)
+    assert m.work_done(step, WorkResult()) == [
+        Send(messages.Reached(state=State.PRECOPIED, ok=True))]
+    assert m.state is State.PRECOPIED and m.running
+    # (its coordinator went away there: the next one's round begins anew)
+    again = step_of(m.on_message(barrier(State.PRECOPIED, 2)))
+    assert again.work is Work.PRECOPY
+    m.work_done(again, WorkResult())
+    go_through(m, ROUND, 2)
+    assert m.state is State.RUNNING and m.running
+
+
 def test_a_tree_without_sockets_says_so_and_accepts_a_round_that_skips_their_barriers():
     m = fresh()
     step = step_of(m.on_message(barrier(State.SUSPENDED)))

@@ -7,7 +7,7 @@ import pytest
 from dmtcp_py.cli import fastargs, launch_click, restart_click
 
 ENV = ("DMTCP_COORD_HOST", "DMTCP_COORD_PORT", "DMTCP_CHECKPOINT_INTERVAL", "DMTCP_GZIP",
-       "DMTCP_KEEP", "DMTCP_INCREMENTAL")
+       "DMTCP_KEEP", "DMTCP_INCREMENTAL", "DMTCP_PRECOPY")
 
 
 @pytest.fixture(autouse=True)
@@ -38,6 +38,9 @@ def _by_click(monkeypatch, words: list[str]) -> dict:
     ["-p", "0", "prog"],
     ["--keep", "3", "--incremental", "prog"],
     ["--keep=0", "--no-incremental", "--gzip", "prog", "--keep", "9"],
+    ["--precopy", "prog"],
+    ["--precopy", "--no-incremental", "prog"],
+    ["--incremental", "--no-precopy", "prog"],
 ])
 def test_same_as_click(monkeypatch, words):
     fast = fastargs.launch_args(words)
@@ -50,6 +53,7 @@ def test_same_as_click(monkeypatch, words):
     {"DMTCP_CHECKPOINT_INTERVAL": "auto", "DMTCP_GZIP": "yes"},
     {"DMTCP_GZIP": "0", "DMTCP_CHECKPOINT_INTERVAL": "3"},
     {"DMTCP_KEEP": "2", "DMTCP_INCREMENTAL": "1"},
+    {"DMTCP_PRECOPY": "yes"},
 ])
 def test_same_environment_as_click(monkeypatch, env):
     for name, value in env.items():
@@ -70,7 +74,7 @@ def test_the_unusual_is_left_to_click(words):
 
 @pytest.mark.parametrize("env", [{"DMTCP_COORD_PORT": "x"}, {"DMTCP_GZIP": "maybe"},
                                  {"DMTCP_CHECKPOINT_INTERVAL": "soon"}, {"DMTCP_KEEP": "-2"},
-                                 {"DMTCP_INCREMENTAL": "perhaps"}])
+                                 {"DMTCP_INCREMENTAL": "perhaps"}, {"DMTCP_PRECOPY": "often"}])
 def test_an_environment_to_complain_about_is_left_to_click(monkeypatch, env):
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -107,11 +111,19 @@ def _restart_by_click(monkeypatch, words: list[str]) -> dict:
     ["--new-coordinator", "--ckptdir", "/c", "--gzip", "--keep=2", "a"],
     ["--generation", "3", "--allow-changed-files", "--no-incremental", "a"],
     ["-h", "h1", "--incremental", "--no-gzip", "--generation=1", "a"],
+    ["--precopy", "a"],
 ])
 def test_restart_same_as_click(monkeypatch, words):
     fast = fastargs.restart_args(words)
     assert fast is not None
     assert vars(fast) == _restart_by_click(monkeypatch, words)
+
+
+def test_precopy_implies_incremental():
+    """(a pre-copy is stored as chunks, its generation shares them)"""
+    for a in (fastargs.launch_args(["--precopy", "--no-incremental", "prog"]),
+              fastargs.restart_args(["--precopy", "a"])):
+        assert a.precopy and a.incremental
 
 
 def test_restart_environment_same_as_click(monkeypatch):

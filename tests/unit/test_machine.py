@@ -244,6 +244,38 @@ def test_blocking_checkpoint_through_every_barrier(n):
     assert any("checkpoint 1 done" in a.text for a in of_type(actions, Notice))
 
 
+@pytest.mark.parametrize("wanting", [1, 3])
+def test_a_round_begins_with_a_precopy_when_a_tree_wants_one(wanting):
+    """A tree launched with --precopy: every tree of the round is pre-copied
+    first (PRECOPIED, the program running), then the round goes on as any
+    other; the program's stop, which the auto interval weighs, starts at
+    SUSPENDED."""
+    sim = Sim(3 - wanting, now=10.0)
+    sim.join(wanting, precopy=True)
+    ids = sorted(sim.m.agents)
+    actions = sim.checkpoint(CLIENT, blocking=True)
+    assert_barrier(actions, State.PRECOPIED, ids, generation=1)
+    assert sim.m.status()["state"] == "PRECOPIED"
+    sim.now = 12.0
+    actions = sim.step(State.PRECOPIED)
+    assert_barrier(actions, State.SUSPENDED, ids, generation=1)
+    assert sim.m.round.suspended_at == 12.0
+    sim.now = 12.5
+    sim.advance_to(None)
+    reply = only_reply(sim.log, CLIENT)
+    assert reply.ok and reply.body["duration"] == 2.5
+    assert list(sim.m.auto_interval.costs) == [0.5]
+
+
+@pytest.mark.parametrize("stop", [False, True])
+def test_no_precopy_unless_a_tree_wants_one_and_the_program_runs_on(stop):
+    sim = Sim(2, now=10.0)
+    sim.join(1, precopy=stop)  # (none wants one, or the program ends with its dump)
+    actions = sim.checkpoint(CLIENT, blocking=True, stop=stop)
+    assert_barrier(actions, State.SUSPENDED, sorted(sim.m.agents), generation=1, stop=stop)
+    assert sim.m.round.suspended_at == 10.0
+
+
 @pytest.mark.parametrize("n", [1, 3])
 def test_a_round_where_no_tree_has_sockets_goes_from_suspended_to_the_dump_to_running(n):
     sim = Sim(n, now=10.0)

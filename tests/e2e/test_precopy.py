@@ -1,0 +1,84 @@
+"""Pre-copy (--precopy, images.precopy): a round begins with CRIU's
+pre-dump of the running program into a layer; the dump, the program
+stopped, takes only what it wrote since.  Held between the two
+(DMTCP_TEST_HOLD_PRECOPIED), the program rewrites part of its memory: the
+generation must hold those words as rewritten, not as the pre-dump read
+them; every generation restarts on its own, the layer is gone after its
+round, and a tree whose pre-copy fails is dumped whole."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from dmtcp_py.fault_injection import hold_env
+from dmtcp_py.paths import run_dir
+from dmtcp_py.protocol.states import State
+from tests.e2e.harness import TIMEOUT, tool, wait_for
+from tests.e2e.test_incremental import MIB, MemProgram, _dumped_bytes, restart
+
+HOLD = 3.0  # seconds each round waits after its pre-copy: the program writes then
+
+
+def _agent_log(comp) -> str:
+    [tree] = json.loads(comp.command("-l", "--json").stdout)["trees"]
+    path = run_dir() / f"agent-{tree['tree_id']}.log"
+    return path.read_text() if path.exists() else ""
+
+
+def _checkpoint_writing_after_the_precopy(comp, prog, generation: int) -> str:
+    """-bc; once the pre-copy of `generation` is stored (the agent holds
+    there), the program rewrites 5% of its memory; the command's output."""
+    bc = subprocess.Popen([tool("dmtcp-command"), "-p", str(comp.port), "-bc"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: f"generation {generation}: pre-copied" in _agent_log(comp),
+                 what=f"the pre-copy of generation {generation}")
+        prog.write()
+        out, err = bc.communicate(timeout=TIMEOUT)
+    finally:
+        if bc.poll() is None:
+            bc.kill()
+            bc.communicate()
+    assert bc.returncode == 0 and "done" in out, err
+    return out
+
+
+def test_what_the_program_writes_after_the_precopy_is_in_the_generation(comp, programs,
+                                                                        tmp_path):
+    env = {**os.environ, **hold_env(State.PRECOPIED, HOLD)}
+    prog = MemProgram(comp, programs, tmp_path, "--precopy", env=env)
+    for generation in (1, 2):
+        out = _checkpoint_writing_after_the_precopy(comp, prog, generation)
+        # the pre-copy took the memory: the dump only what was written since
+        assert _dumped_bytes(out) <= (MIB << 20) // 4, out
+        assert not list(comp.ckptdir.glob(".*.precopy")), "the layer was left behind"
+    comp.kill_and_wait(prog.proc)
+    newest = comp.images()[0]
+    m = json.loads((newest / "manifest.json").read_text())
+    assert m["generation"] == 2
+    assert not (newest / "parent").exists()
+    for generation, phase in ((None, 2), (1, 1)):
+        proc, out = restart(comp, newest, generation)
+        assert prog.check(out) == f"ok {phase}", generation
+        comp.kill_and_wait(proc)
+
+
+def test_a_failed_precopy_leaves_the_dump_whole(comp, programs, tmp_path):
+    """Storing the pre-copy fails after CRIU protected the written pages
+    again (DMTCP_TEST_FAIL_PRECOPY_STORE): the round goes on, its dump
+    writes every page (not only those written since: the pages written
+    before the pre-copy are in no image), and the generation restarts
+    with the words the program last wrote."""
+    env = {**os.environ, "DMTCP_TEST_FAIL_PRECOPY_STORE": "1"}
+    prog = MemProgram(comp, programs, tmp_path, "--precopy", env=env)
+    comp.checkpoint()
+    prog.write()
+    out = comp.checkpoint()
+    assert _dumped_bytes(out) >= MIB << 20, out
+    assert "pre-copy failed" in _agent_log(comp)
+    assert not list(comp.ckptdir.glob(".*.precopy")), "the layer was left behind"
+    comp.kill_and_wait(prog.proc)
+    proc, out = restart(comp, comp.images()[0])
+    assert prog.check(out) == "ok 1"
+    comp.kill_and_wait(proc)
