@@ -257,14 +257,17 @@ def coordinator_pid(port: int) -> int | None:
     return None
 
 
-def launch(ws: Workspace, program: Path, procs: int, mib: int) -> Tree:
+def launch(ws: Workspace, program: Path, procs: int, mib: int, options: tuple[str, ...] = (),
+           label: str = "") -> Tree:
+    """options: more of dmtcp-launch's; label: names its files (default: procs)."""
     port = ws.free_port()
-    out, err = ws.base / f"gaps-{procs}.out", ws.base / f"launch-{procs}.err"
-    ckptdir = ws.base / f"ckpt-{procs}"
+    label = label or str(procs)
+    out, err = ws.base / f"gaps-{label}.out", ws.base / f"launch-{label}.err"
+    ckptdir = ws.base / f"ckpt-{label}"
     with open(out, "ab") as o, open(err, "ab") as e:
         agent = subprocess.Popen(
             [str(bc.BIN / "dmtcp-launch"), "-p", str(port), "--new-coordinator",
-             "--ckptdir", str(ckptdir), str(program), str(mib), str(procs)],
+             "--ckptdir", str(ckptdir), *options, str(program), str(mib), str(procs)],
             stdin=subprocess.DEVNULL, stdout=o, stderr=e, cwd=ws.base)
     ws.children.append(agent)
     comp = bc.Computation(port, agent)

@@ -24,6 +24,10 @@ baseline measured in the same run, median and spread over several runs.
                            rewritten (--incremental), against the first:
                            bytes and time; the restart of that generation
                            against the first's (bench_incremental)
+  pre-copy                 the first and second checkpoint of 1 GiB with
+                           --precopy against a whole and an incremental one:
+                           how long the program was stopped, CRIU's frozen
+                           time, the wall time (bench_precopy)
   many trees               checkpoint and restart of 1..64 separately
                            launched one-process trees against raw CRIU on
                            the same kind of trees, and the cost per extra
@@ -62,6 +66,7 @@ import bench_failures
 import bench_incremental
 import bench_migrate
 import bench_overhead
+import bench_precopy
 import bench_stop
 import bench_trees
 from bench_checkpoint import progress
@@ -73,6 +78,7 @@ TREE_SIZES = (1, 4, 16, 32)
 TREE_MIB = 64
 COMPRESS_MIB = 256
 INCREMENTAL_MIB, INCREMENTAL_PERCENT = 1024, 5
+PRECOPY_MIB = 1024
 # seconds: the first five sections take about 9.5 minutes, the many-tree
 # section (1..64 trees, 3 runs) about 3.5 more, the incremental one 0.5, on
 # a good day; on a slow one (2026-11-27: the native compute loop 1.7x
@@ -199,13 +205,21 @@ def incremental(ws: bc.Workspace, runs: int) -> list[Row]:
     return bench_incremental.rows(samples, INCREMENTAL_MIB, INCREMENTAL_PERCENT)
 
 
+def precopy(ws: Workspace, runs: int) -> list[Row]:
+    """--precopy's first and second checkpoint, against whole and incremental ones."""
+    progress(f"pre-copy: {PRECOPY_MIB} MiB")
+    program = bench_stop.compile_program(ws.base)
+    return bench_precopy.rows(bench_precopy.measure(ws, program, PRECOPY_MIB, runs), PRECOPY_MIB)
+
+
 def migration(ws: bc.Workspace, runs: int) -> list[Row]:
     """One tree moved while two stay (issue 16): against -bc of all three."""
     return bench_migrate.rows(bench_migrate.measure_all(ws, list(bench_migrate.SIZES), runs))
 
 
 SECTIONS = {"sizes": sizes, "trees": trees, "overhead": overhead, "compression": compression,
-            "many-trees": many_trees, "migration": migration, "incremental": incremental}
+            "many-trees": many_trees, "migration": migration, "incremental": incremental,
+            "precopy": precopy}
 
 # the failures section (--failures): bench_failures' defaults, one run per cell
 FAILURE_RATES = list(bench_failures.RATES)
