@@ -213,6 +213,7 @@ class Agent:
         while self._finishing:  # (what that round's end settled)
             await asyncio.gather(*self._finishing, return_exceptions=True)
         self.work.bring_back_expired()  # what no round's end settled
+        self.work.drop_layer()  # a pre-copy whose dump never came
         for relay in self.relays:
             relay.stop()
         if self.replicas is not None:

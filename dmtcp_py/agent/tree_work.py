@@ -87,6 +87,7 @@ class TreeWork:
         # --precopy: this round's pre-copy (images.precopy.Layer), until a
         # dump takes it as its parent (or drops it)
         self._layer = None
+        self._told_no_precopy = False  # (the log says once why there is none)
         self._tracking_refused = False  # CRIU could not track: dumps are whole again
         # the next publication may share chunks with the published generation
         # (not after one found that generation damaged)
@@ -105,6 +106,11 @@ class TreeWork:
         round: without a layer the dump writes every page it would have."""
         if self.cfg.precopy and self._tracks() and self.tree.root_pid is not None:
             await self._take_layer(step)
+        elif self.cfg.precopy and not self._told_no_precopy:
+            self._told_no_precopy = True
+            log.warning("--precopy needs write tracking (root, no --gzip, Linux 6.7 or "
+                        "later, CRIU able to track): this tree's checkpoints are not "
+                        "pre-copied")
         await fault_injection.hold(State.PRECOPIED)
         return WorkResult()
 
@@ -113,7 +119,7 @@ class TreeWork:
         pre-dump stored as self._layer; a failure is logged and leaves none."""
         loop = asyncio.get_running_loop()
         started = time.monotonic()
-        await loop.run_in_executor(None, self._drop_layer)  # (a round given up before its dump)
+        await loop.run_in_executor(None, self.drop_layer)  # (a round given up before its dump)
         try:
             await self.bring_in()  # (the trackers are asked of connected shims)
             await self._track()
@@ -142,7 +148,8 @@ class TreeWork:
         log.info("generation %d: pre-copied %d bytes (%d shared) in %.3f s", step.generation,
                  stored.written, stored.shared, time.monotonic() - started)
 
-    def _drop_layer(self) -> None:
+    def drop_layer(self) -> None:
+        """The pre-copy no dump took (its round was given up, or the tree ended)."""
         layer, self._layer = self._layer, None
         if layer is not None:
             _checkpoint().delete([layer.directory])

@@ -30,7 +30,7 @@ what is left of the processes started here is killed by pid.  Coordinators
 use ports 7960-7999.  Progress goes to stderr, the table to stdout.  The
 whole run gives up after TIME_BUDGET seconds.
 
-    .venv/bin/python scripts/bench/bench_stop.py [--procs 1,8,32] [--mib 64] [--runs 3]
+    .venv/bin/python scripts/bench/bench_stop.py [--procs 1,8,32] [--mib 64] [--runs 3] [--precopy]
 """
 from __future__ import annotations
 
@@ -378,9 +378,10 @@ def one_run(tree: Tree, result: Result, index: int, runs: int) -> None:
              + (f"{frozen:.3f} s" if frozen is not None else "n/a"))
 
 
-def measure(ws: Workspace, program: Path, procs: int, mib: int, runs: int) -> Result:
+def measure(ws: Workspace, program: Path, procs: int, mib: int, runs: int,
+            options: tuple[str, ...] = ()) -> Result:
     progress(f"N={procs}: launching {procs} x {mib} MiB")
-    tree = launch(ws, program, procs, mib)
+    tree = launch(ws, program, procs, mib, options)
     result = Result(procs, mib)
     for index in range(runs):
         one_run(tree, result, index, runs)
@@ -445,6 +446,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=3, help="checkpoints per tree size")
     p.add_argument("--keep-logs", action="store_true",
                    help="keep the agent, coordinator and CRIU logs (the run directory)")
+    p.add_argument("--precopy", action="store_true", help="launch the trees with --precopy")
     args = p.parse_args()
     try:
         args.procs = [int(n) for n in args.procs.split(",") if n.strip()]
@@ -461,7 +463,9 @@ def main() -> int:
 
     def work() -> str:
         program = compile_program(ws.base)
-        results = [measure(ws, program, procs, args.mib, args.runs) for procs in args.procs]
+        options = ("--precopy",) if args.precopy else ()
+        results = [measure(ws, program, procs, args.mib, args.runs, options)
+                   for procs in args.procs]
         return table(results, args.runs)
 
     return bc.run_guarded("bench_stop", ws, work, TIME_BUDGET)

@@ -92,6 +92,14 @@ def last_tick(path: Path) -> int:
     return int(rows[-1][1]) if rows else 0
 
 
+def agent_log(comp: Computation) -> str:
+    """The log of the agent of comp's one tree ('' before it has one)."""
+    from dmtcp_py.paths import run_dir
+    [tree] = json.loads(comp.command("-l", "--json").stdout)["trees"]
+    path = run_dir() / f"agent-{tree['tree_id']}.log"
+    return path.read_text() if path.exists() else ""
+
+
 @contextlib.contextmanager
 def running_program(root: Path, argv: list[str], ticks: int = 3):
     """A coordinator with one ticking program under it, for fixtures that

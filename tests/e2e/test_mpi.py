@@ -2,7 +2,9 @@
 Debian ships them: checkpoint while it runs, kill it, remove the job's
 scratch files (session directory, shared-memory segments) as a reboot
 would, restart from the restart script, checkpoint the restarted job again,
-and the solver ends with the uninterrupted run's checksum."""
+and the solver ends with the uninterrupted run's checksum.  Open MPI's job
+also with --precopy: its ranks (shared-memory transport, TCP to mpirun)
+pre-dumped while they solve."""
 from __future__ import annotations
 
 import os
@@ -10,7 +12,7 @@ import os
 import pytest
 
 from tests.e2e import mpi
-from tests.e2e.harness import TIMEOUT, wait_for
+from tests.e2e.harness import TIMEOUT, agent_log, wait_for
 
 RANKS, ITERATIONS, PAUSE_US = 3, 600, 20000  # about 12 s of solving
 
@@ -34,17 +36,22 @@ def _last_iteration(path) -> int:
     return seen[-1] if seen else 0
 
 
-@pytest.mark.parametrize("impl", mpi.BOTH, ids=lambda m: m.name)
-def test_mpi_job_restarts_and_gets_the_uninterrupted_answer(comp, solvers, scratch, impl):
+@pytest.mark.parametrize("impl, precopy", [(m, False) for m in mpi.BOTH] + [(mpi.OPENMPI, True)],
+                         ids=lambda v: v.name if isinstance(v, mpi.Mpi) else
+                         "precopy" if v else "whole")
+def test_mpi_job_restarts_and_gets_the_uninterrupted_answer(comp, solvers, scratch, impl,
+                                                            precopy):
     exe = solvers[impl.name]
     expected = mpi.reference_checksum(impl, exe, RANKS, ITERATIONS)
     env = {**os.environ, **impl.env}
-    proc, out = comp.launch(impl.mpirun, *impl.options, "-np", str(RANKS), exe,
-                            str(ITERATIONS), str(PAUSE_US), env=env)
+    proc, out = comp.launch(*(["--precopy"] if precopy else []), impl.mpirun, *impl.options,
+                            "-np", str(RANKS), exe, str(ITERATIONS), str(PAUSE_US), env=env)
     comp.wait_peers(RANKS + 1)  # the ranks and at least mpirun
     wait_for(lambda: _last_iteration(out) >= 100, what="iteration 100")
     before = _last_iteration(out)
     comp.checkpoint()
+    if precopy:
+        assert "generation 1: pre-copied" in agent_log(comp)
     listing = comp.command("-l").stdout
     assert listing.count("mpi_solver_") == RANKS, listing
     assert all(f"rank {r}" in listing for r in range(RANKS)), listing

@@ -12,18 +12,11 @@ import os
 import subprocess
 
 from dmtcp_py.fault_injection import hold_env
-from dmtcp_py.paths import run_dir
 from dmtcp_py.protocol.states import State
-from tests.e2e.harness import TIMEOUT, tool, wait_for
+from tests.e2e.harness import TIMEOUT, agent_log, tool, wait_for
 from tests.e2e.test_incremental import MIB, MemProgram, _dumped_bytes, restart
 
 HOLD = 3.0  # seconds each round waits after its pre-copy: the program writes then
-
-
-def _agent_log(comp) -> str:
-    [tree] = json.loads(comp.command("-l", "--json").stdout)["trees"]
-    path = run_dir() / f"agent-{tree['tree_id']}.log"
-    return path.read_text() if path.exists() else ""
 
 
 def _checkpoint_writing_after_the_precopy(comp, prog, generation: int) -> str:
@@ -32,7 +25,7 @@ def _checkpoint_writing_after_the_precopy(comp, prog, generation: int) -> str:
     bc = subprocess.Popen([tool("dmtcp-command"), "-p", str(comp.port), "-bc"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: f"generation {generation}: pre-copied" in _agent_log(comp),
+        wait_for(lambda: f"generation {generation}: pre-copied" in agent_log(comp),
                  what=f"the pre-copy of generation {generation}")
         prog.write()
         out, err = bc.communicate(timeout=TIMEOUT)
@@ -83,7 +76,7 @@ def test_a_failed_precopy_leaves_the_dump_whole(comp, programs, tmp_path):
     prog.write()
     out = comp.checkpoint()
     assert _dumped_bytes(out) >= MIB << 20, out
-    assert "pre-copy failed" in _agent_log(comp)
+    assert "pre-copy failed" in agent_log(comp)
     assert not list(comp.ckptdir.glob(".*.precopy")), "the layer was left behind"
     comp.kill_and_wait(prog.proc)
     proc, out = restart(comp, comp.images()[0])
