@@ -132,10 +132,16 @@ class TreeWork:
         assert self.cfg.ckptdir is not None, "the coordinator's welcome sets it"
         from dmtcp_py.images import precopy  # (checkpoints with --precopy only)
         cfg, root = self.cfg, self.tree.root_pid
-        name = _checkpoint().store.image_name(cfg.program, cfg.tree_id)
+        store = _checkpoint().store
+        name = store.image_name(cfg.program, cfg.tree_id)
+        ticker = None
         try:
+            directory = await loop.run_in_executor(None, precopy.directory_for, cfg.ckptdir,
+                                                   name, step.generation)
+            ticker = asyncio.create_task(self._report_progress(
+                step.generation, lambda: store.directory_bytes(directory), self.tree.pids()))
             self._layer = await loop.run_in_executor(None, lambda: precopy.take(
-                cfg.ckptdir, name, step.generation, root,
+                directory, cfg.ckptdir / name, step.generation, root,
                 run_dir() / f"criu-predump-{cfg.tree_id}.log", since, self._parent_view(),
                 self._share))
         except (criu_driver.CriuError, OSError, ImageError) as exc:
@@ -144,6 +150,9 @@ class TreeWork:
                 log.warning("write tracking turned off for this tree: %s", exc)
                 self._tracking_refused = True
             return
+        finally:
+            if ticker is not None:
+                ticker.cancel()
         stored = self._layer.stored
         log.info("generation %d: pre-copied %d bytes (%d shared) in %.3f s", step.generation,
                  stored.written, stored.shared, time.monotonic() - started)
@@ -318,10 +327,13 @@ class TreeWork:
                 raise criu_driver.CriuError(f"processes {stuck} did not detach from the agent")
             self.tree.hold_reaping = True
             session = await self._started_criu()
-            ticker = asyncio.create_task(self._report_progress(step.generation, ckpt, pids))
             track = self._tracks()
             since, self._tracked_since = self._tracked_since, None
             layer, self._layer = self._layer, None  # (any dump takes it: images.precopy)
+            # (with a pre-copy, what it wrote counts as written by this checkpoint)
+            before = layer.stored.written if layer is not None and track and not moving else 0
+            ticker = asyncio.create_task(self._report_progress(
+                step.generation, lambda: before + ckpt.written(), pids))
             parent = None
             if layer is not None and track and not moving:
                 ckpt.layer = layer  # (finish stores the pages with it as the previous)
@@ -374,8 +386,8 @@ class TreeWork:
         log.info("generation %d: dumped %d bytes in %.3f s", step.generation,
                  dumped, duration)
         log.debug("dump steps (ms): %s", _checkpoint().step_times(started, ckpt.steps))
-        self._send(messages.Progress(generation=step.generation, written=dumped,
-                                     expected=dumped))
+        self._send(messages.Progress(generation=step.generation, written=before + dumped,
+                                     expected=before + dumped))
         image = messages.ImageInfo(path=str(ckpt.final), host=hostname(), tree_id=cfg.tree_id,
                                    program=cfg.program, bytes=dumped,
                                    duration=duration, processes=len(parked))
@@ -467,10 +479,11 @@ class TreeWork:
         own = {pid: procfs.ns_pid(pid) for pid in pids}
         return {str(pid): n for pid, n in own.items() if n is not None}
 
-    async def _report_progress(self, generation: int, ckpt: checkpoint.Checkpoint,
+    async def _report_progress(self, generation: int, written: Callable[[], int],
                                pids: list[int]) -> None:
-        """While CRIU writes: bytes in the partial directory, of about the
-        tree's resident memory, every quarter of a second.  Nothing before
+        """While CRIU writes: bytes written (in the partial directory, or
+        the pre-copy's), of about the tree's resident memory, every quarter
+        of a second.  Nothing before
         the first quarter: a /proc read per process as CRIU starts would
         take the GIL from the thread that asks it to (~0.1 ms a process),
         and a small dump is over by then."""
@@ -483,9 +496,9 @@ class TreeWork:
             except psutil.Error:
                 pass
         while True:
-            written = ckpt.written()
-            self._send(messages.Progress(generation=generation, written=written,
-                                         expected=max(expected, written)))
+            now = written()
+            self._send(messages.Progress(generation=generation, written=now,
+                                         expected=max(expected, now)))
             await asyncio.sleep(PROGRESS_EVERY)
 
     def _take_to_park(self) -> dict[int, list[int]] | None:

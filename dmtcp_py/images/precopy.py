@@ -42,7 +42,6 @@ class Layer:
     """A pre-copy, stored: the parent of its tree's next dump."""
     directory: Path
     stored: chunks.Stored
-    generation: int   # the round it was taken for
 
 
 def directory_for(ckptdir: Path, name: str, generation: int) -> Path:
@@ -54,20 +53,19 @@ def directory_for(ckptdir: Path, name: str, generation: int) -> Path:
     return path
 
 
-def take(ckptdir: Path, name: str, generation: int, root_pid: int, log_path: Path,
+def take(directory: Path, final: Path, generation: int, root_pid: int, log_path: Path,
          since: int | None, view: Path, share: bool = True) -> Layer:
-    """Pre-dump the running tree (root_pid) and store it as a layer.
-    since: the generation whose dump last protected the tree's pages (the
-    published one is then the pre-dump's parent, if it is that one);
-    share: the layer may share chunks with the published generation.
-    CriuError, OSError or ImageError if it fails (nothing is left)."""
-    final = ckptdir / name
-    previous = _previous(final) if share else None
-    parent = None
-    if since is not None and previous is not None and previous.generation == since:
-        parent = parent_view(final, view)
-    directory = directory_for(ckptdir, name, generation)
+    """Pre-dump the running tree (root_pid) into directory (directory_for's)
+    and store it there as a layer beside the image final.  since: the
+    generation whose dump last protected the tree's pages (the published
+    one is then the pre-dump's parent, if it is that one); share: the layer
+    may share chunks with the published generation.  CriuError, OSError or
+    ImageError if it fails (the directory is removed)."""
     try:
+        previous = _previous(final) if share else None
+        parent = None
+        if since is not None and previous is not None and previous.generation == since:
+            parent = parent_view(final, view)
         try:
             criu_driver.pre_dump(root_pid, directory, log_path, parent=parent)
         finally:
@@ -83,10 +81,5 @@ def take(ckptdir: Path, name: str, generation: int, root_pid: int, log_path: Pat
     except BaseException:
         store.discard(directory)
         raise
-    return Layer(directory, stored, generation)
+    return Layer(directory, stored)
 
-
-def drop(layer: Layer | None) -> None:
-    """The layer's directory goes (the data files a generation linked stay)."""
-    if layer is not None:
-        store.discard(layer.directory)
