@@ -138,7 +138,7 @@ class Checkpoint:
         by the dump of `generation`: parent_view of the published
         generation, if it is that one and its chunks can be shared; else
         None, and the dump writes every page."""
-        previous = _previous(self.final)
+        previous = shareable_previous(self.final)
         if previous is None or previous.generation != generation:
             return None
         return parent_view(self.final, view)
@@ -227,7 +227,7 @@ class Checkpoint:
             if self.layer is not None:  # (a pre-copy: it shared what it could)
                 before, previous = self.layer.directory, self.layer.stored
             else:
-                previous = _previous(self.final) if share else None
+                previous = shareable_previous(self.final) if share else None
                 before = self.final if previous else None
             self.set_aside = self.partial.with_name(self.partial.name + ".dumped")
             stored = chunks.store(self.partial, self.generation, before, previous,
@@ -268,6 +268,8 @@ class Checkpoint:
 
 
 PARENT_LINK = "parent"  # what CRIU names the link to a dump's parent images
+# of a pre-copy's directory (images.precopy): .<image>.partial-<generation>-<pid>.precopy
+PRECOPY_SUFFIX = ".precopy"
 
 
 def parent_view(images: Path, view: Path) -> Path | None:
@@ -290,7 +292,7 @@ def parent_view(images: Path, view: Path) -> Path | None:
     return view
 
 
-def _previous(final: Path) -> Manifest | None:
+def shareable_previous(final: Path) -> Manifest | None:
     """The manifest of the generation published under the image's name, if
     it is whole and its chunks can be shared; None: write a full one."""
     try:
@@ -310,7 +312,7 @@ def _clear_stale(ckptdir: Path, name: str) -> None:
     for stale in [*ckptdir.glob(f".{name}.partial-*-*"), *ckptdir.glob(f".{name}.restore-*"),
                   *ckptdir.glob(f".{name}.gen-*.expired-*")]:
         try:
-            pid = int(stale.name.removesuffix(".dumped").removesuffix(".precopy")
+            pid = int(stale.name.removesuffix(".dumped").removesuffix(PRECOPY_SUFFIX)
                       .rsplit("-", 1)[1])
             os.kill(pid, 0)
         except ProcessLookupError:

@@ -32,9 +32,8 @@ from dmtcp_py import fault_injection
 from dmtcp_py.agent import criu_driver
 from dmtcp_py.frozen import record
 from dmtcp_py.images import chunks, store
-from dmtcp_py.images.checkpoint import PARENT_LINK, _previous, parent_view
-
-SUFFIX = ".precopy"  # of a layer's directory: .<image>.partial-<generation>-<pid>.precopy
+from dmtcp_py.images.checkpoint import (PARENT_LINK, PRECOPY_SUFFIX, parent_view,
+                                         shareable_previous)
 
 
 @record
@@ -47,7 +46,7 @@ class Layer:
 def directory_for(ckptdir: Path, name: str, generation: int) -> Path:
     """A new, empty layer directory (0700) beside the image `name`."""
     ckptdir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path = ckptdir / f".{name}.partial-{generation}-{os.getpid()}{SUFFIX}"
+    path = ckptdir / f".{name}.partial-{generation}-{os.getpid()}{PRECOPY_SUFFIX}"
     store.discard(path)
     path.mkdir(mode=0o700)
     return path
@@ -62,7 +61,7 @@ def take(directory: Path, final: Path, generation: int, root_pid: int, log_path:
     may share chunks with the published generation.  CriuError, OSError or
     ImageError if it fails (the directory is removed)."""
     try:
-        previous = _previous(final) if share else None
+        previous = shareable_previous(final) if share else None
         parent = None
         if since is not None and previous is not None and previous.generation == since:
             parent = parent_view(final, view)
