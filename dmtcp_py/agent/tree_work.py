@@ -470,7 +470,9 @@ class TreeWork:
             pids=pids, shim_pids=shim_pids, stdio=io, external=stdio.external_ids(io),
             ns_pids=self._ns_pids(pids),
             init_dir=str(self.tree.init_dir) if self.tree.init_dir is not None else "",
-            agent_socket_ns=m is None or m.agent_socket_ns)
+            agent_socket_ns=m is None or m.agent_socket_ns,
+            options={"compress": cfg.compress, "incremental": cfg.incremental,
+                     "precopy": cfg.precopy})
 
     def _ns_pids(self, pids: list[int]) -> dict[str, int]:
         """Each pid's id in the tree's own PID namespace (none: {})."""

@@ -1,6 +1,7 @@
 """What the commands that run programs share: the coordinator choice and
---gzip, --incremental and --precopy options.  (The options and one-line errors of every command are in
-base.py; which coordinator they use, coordinators.py.)"""
+the tree's --gzip, --incremental and --precopy options.  (The options and
+one-line errors of every command are in base.py; which coordinator they
+use, coordinators.py.)"""
 from __future__ import annotations
 
 import click
@@ -14,24 +15,27 @@ def coordinator_choice_options(f):
                         help="Join an existing coordinator; never start one.")(f)
 
 
-def gzip_option(f):
-    return click.option("--gzip/--no-gzip", envvar="DMTCP_GZIP", default=False,
-                        help="Compress the memory pages of this tree's images (zstd, on every "
-                        "core, after the program runs again) [env DMTCP_GZIP=1; default: no].")(f)
+def tree_options(*, restart: bool = False):
+    """--gzip, --incremental and --precopy: how the tree's checkpoints are
+    written.  At a restart, one not given (nor in the environment) is as
+    the image's tree had it (its manifest's `options`): None here."""
+    default = None if restart else False
+    said = "as the image's tree had it" if restart else "no"
 
-
-def incremental_option(f):
-    return click.option("--incremental/--no-incremental", envvar="DMTCP_INCREMENTAL",
-                        default=False,
-                        help="Write only the memory that changed since the previous generation "
-                        "(1 MiB chunks, the rest shared with it by hard links); a restart from "
-                        "such a generation first puts its page files together [env "
-                        "DMTCP_INCREMENTAL=1; default: no].")(f)
-
-
-def precopy_option(f):
-    return click.option("--precopy/--no-precopy", envvar="DMTCP_PRECOPY", default=False,
-                        help="Write most of each checkpoint's memory while the program runs "
-                        "(CRIU's pre-dump): the program is stopped only to dump what it wrote "
-                        "meanwhile; the checkpoint as a whole takes longer.  Implies "
-                        "--incremental [env DMTCP_PRECOPY=1; default: no].")(f)
+    def decorate(f):
+        f = click.option(
+            "--precopy/--no-precopy", envvar="DMTCP_PRECOPY", default=default,
+            help="Write most of each checkpoint's memory while the program runs (CRIU's "
+            "pre-dump): the program is stopped only to dump what it wrote meanwhile; the "
+            f"checkpoint as a whole takes longer.  Implies --incremental [env DMTCP_PRECOPY=1; "
+            f"default: {said}].")(f)
+        f = click.option(
+            "--incremental/--no-incremental", envvar="DMTCP_INCREMENTAL", default=default,
+            help="Write only the memory that changed since the previous generation (1 MiB "
+            "chunks, the rest shared with it by hard links) [env DMTCP_INCREMENTAL=1; "
+            f"default: {said}].")(f)
+        return click.option(
+            "--gzip/--no-gzip", envvar="DMTCP_GZIP", default=default,
+            help="Compress the memory pages of this tree's images (zstd, on every core, after "
+            f"the program runs again) [env DMTCP_GZIP=1; default: {said}].")(f)
+    return decorate

@@ -106,12 +106,13 @@ class LaunchArgs:
         self.program, self.args = program, args
 
 
-def _flag_env(name: str) -> bool | None:
-    """A boolean environment variable as click reads it; None: not one."""
+def _flag_env(name: str) -> tuple[bool, bool | None]:
+    """A boolean environment variable as click reads it: (whether click
+    takes it, its value; None if unset or empty)."""
     text = os.environ.get(name, "").strip().lower()
-    if text and text not in _TRUE + _FALSE:
-        return None
-    return text in _TRUE
+    if not text:
+        return True, None
+    return text in _TRUE + _FALSE, text in _TRUE
 
 
 def _keep(text: str | None) -> int | None:
@@ -171,14 +172,16 @@ _CHOICE_FLAGS = {"-j": ("join", True), "--join": ("join", True),
 _CHOICE_VALUED = {"--keep": ("keep", _keep), "--ckptdir": ("ckptdir", _text)}
 
 
-def _from_environment() -> dict | None:
-    """What the environment says for the options above; None: click's to refuse."""
-    gzip, incremental = _flag_env("DMTCP_GZIP"), _flag_env("DMTCP_INCREMENTAL")
-    precopy = _flag_env("DMTCP_PRECOPY")
-    if gzip is None or incremental is None or precopy is None:
-        return None
-    got = {"join": False, "new_coordinator": False, "ckptdir": None, "gzip": gzip,
-           "incremental": incremental, "precopy": precopy, "keep": None}
+def _from_environment(unset: bool | None = False) -> dict | None:
+    """What the environment says for the options above (a flag in it
+    neither set nor given: unset, click's default); None: click's to refuse."""
+    got: dict = {"join": False, "new_coordinator": False, "ckptdir": None, "keep": None}
+    for dest, name in (("gzip", "DMTCP_GZIP"), ("incremental", "DMTCP_INCREMENTAL"),
+                       ("precopy", "DMTCP_PRECOPY")):
+        valid, value = _flag_env(name)
+        if not valid:
+            return None
+        got[dest] = unset if value is None else value
     if os.environ.get("DMTCP_KEEP"):
         got["keep"] = _keep(os.environ["DMTCP_KEEP"])
         if got["keep"] is None:
@@ -210,13 +213,15 @@ class RestartArgs:
     """What dmtcp-restart was asked, as its click command reads it too."""
 
     def __init__(self, *, host: str, port: int, join: bool, new_coordinator: bool,
-                 ckptdir: str | None, gzip: bool, incremental: bool, keep: int | None,
-                 any_owner: bool, allow_changed_files: bool, lazy: bool,
-                 generation: int | None, images: list[str], precopy: bool = False) -> None:
+                 ckptdir: str | None, gzip: bool | None, incremental: bool | None,
+                 keep: int | None, any_owner: bool, allow_changed_files: bool, lazy: bool,
+                 generation: int | None, images: list[str], precopy: bool | None = None
+                 ) -> None:
         self.host, self.port = host, port
         self.join, self.new_coordinator = join, new_coordinator
+        # None: not said, as the image's tree had it (restarting.tree_options)
         self.ckptdir, self.gzip, self.keep = ckptdir, gzip, keep
-        self.incremental, self.precopy = incremental or precopy, precopy
+        self.incremental, self.precopy = incremental, precopy
         self.any_owner, self.allow_changed_files = any_owner, allow_changed_files
         self.lazy, self.generation = lazy, generation
         self.images = images
@@ -224,7 +229,7 @@ class RestartArgs:
 
 def restart_args(words: list[str]) -> RestartArgs | None:
     where = Coordinates()
-    got = _from_environment()
+    got = _from_environment(unset=None)
     if where.port is None or got is None:
         return None
     got.update(any_owner=False, allow_changed_files=False, lazy=False, generation=None)

@@ -8,8 +8,7 @@ import click
 from dmtcp_py import __version__
 from dmtcp_py.cli.base import (CONTEXT, INTERVAL, coord_host_option, coord_port_option,
                                keep_option)
-from dmtcp_py.cli.common import (coordinator_choice_options, gzip_option, incremental_option,
-                                 precopy_option)
+from dmtcp_py.cli.common import coordinator_choice_options, tree_options
 from dmtcp_py.cli.fastargs import LaunchArgs
 from dmtcp_py.cli.launcher import launch
 
@@ -24,9 +23,7 @@ from dmtcp_py.cli.launcher import launch
 @click.option("-i", "--interval", type=INTERVAL, default=None,
               envvar="DMTCP_CHECKPOINT_INTERVAL", metavar="SECONDS|auto",
               help="Checkpoint interval of a coordinator started here (auto: it chooses).")
-@gzip_option
-@incremental_option
-@precopy_option
+@tree_options()
 @keep_option
 @click.version_option(__version__, "--version")
 @click.argument("program")

@@ -7,8 +7,7 @@ import click
 
 from dmtcp_py import __version__
 from dmtcp_py.cli.base import CONTEXT, coord_host_option, coord_port_option, keep_option
-from dmtcp_py.cli.common import (coordinator_choice_options, gzip_option, incremental_option,
-                                 precopy_option)
+from dmtcp_py.cli.common import coordinator_choice_options, tree_options
 from dmtcp_py.cli.fastargs import RestartArgs
 from dmtcp_py.cli.restart_flow import run_restart
 
@@ -19,9 +18,7 @@ from dmtcp_py.cli.restart_flow import run_restart
 @coordinator_choice_options
 @click.option("--ckptdir", metavar="DIR",
               help="Where the next checkpoints go [default: next to each image].")
-@gzip_option
-@incremental_option
-@precopy_option
+@tree_options(restart=True)
 @keep_option
 @click.option("--any-owner", is_flag=True,
               help="Restart images that another user owns (refused otherwise).")

@@ -38,12 +38,26 @@ SHARED_WITH_COORDINATOR = ("asyncio", "dmtcp_py.logs", "dmtcp_py.protocol.messag
 AGENT = ("dmtcp_py.agent.runner",)
 
 
+def tree_options(a: fastargs.RestartArgs, m: manifest.Manifest) -> dict[str, bool]:
+    """AgentConfig's compress, incremental and precopy: as the restart says
+    them, else as the image's tree had them (its manifest), else off; a
+    restart from the restart script, or by --auto-restart or a migration,
+    goes on as the tree was launched.  --precopy implies --incremental."""
+    def chosen(said: bool | None, name: str) -> bool:
+        return said if said is not None else bool(m.option(name))
+
+    precopy = chosen(a.precopy, "precopy")
+    return {"compress": chosen(a.gzip, "compress"),
+            "incremental": chosen(a.incremental, "incremental") or precopy,
+            "precopy": precopy}
+
+
 def restart(a: fastargs.RestartArgs, starting: Starting | None) -> int:
     """Restart the trees in a.images, of one computation, under the
     coordinator that answers on a's port or under starting, which this
     begins (restart_flow.coordinator_for); the exit code."""
     coord_host, coord_port = a.host, a.port
-    ckptdir, gzip, incremental, keep, lazy = a.ckptdir, a.gzip, a.incremental, a.keep, a.lazy
+    ckptdir, keep, lazy = a.ckptdir, a.keep, a.lazy
     images, generation = a.images, a.generation
     try:
         loaded = _checked_images(a, images, generation)
@@ -82,8 +96,8 @@ def restart(a: fastargs.RestartArgs, starting: Starting | None) -> int:
         return AgentConfig(coord_host=coord_host, coord_port=port, token=token,
                            ckptdir=Path(ckptdir).resolve() if ckptdir else home_dir(image),
                            tree_id=m.tree_id, program=m.program, argv=m.argv,
-                           image=image, manifest=m, compress=gzip, lazy=lazy, keep=keep,
-                           incremental=incremental, precopy=a.precopy)
+                           image=image, manifest=m, lazy=lazy, keep=keep,
+                           **tree_options(a, m))
 
     if len(loaded) == 1:
         return _agent(config(*loaded[0]), begun)

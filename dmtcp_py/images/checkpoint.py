@@ -58,6 +58,7 @@ class TreeFacts:
     ns_pids: dict[str, int] = field(default_factory=dict)
     init_dir: str = ""         # the init's working directory then (agent.init_dir)
     agent_socket_ns: bool = True  # its shims add the PID namespace (Manifest)
+    options: dict[str, bool] = field(default_factory=dict)  # (Manifest)
 
 
 @record
@@ -197,7 +198,7 @@ class Checkpoint:
             agent_socket=facts.agent_socket, num_trees=facts.num_trees, stdio=facts.stdio,
             external=facts.external, criu_version=criu_driver.version(),
             pid_namespace=bool(facts.ns_pids), ns_pids=facts.ns_pids, init_dir=facts.init_dir,
-            agent_socket_ns=facts.agent_socket_ns,
+            agent_socket_ns=facts.agent_socket_ns, options=dict(facts.options),
             files=store.file_sizes(partial))
         self.steps["manifest"] = time.monotonic()
         return self.manifest

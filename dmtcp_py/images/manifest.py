@@ -62,7 +62,16 @@ class Manifest:
     # its shims add the PID namespace to agent_socket (agent_addr.h); an
     # image of an older dmtcp_py has shims that do not
     agent_socket_ns: bool = False
+    # how the tree's checkpoints were written ("compress", "incremental",
+    # "precopy": --gzip, --incremental, --precopy), which a restart keeps
+    # unless told otherwise; an older image says nothing (option(): None)
+    options: dict[str, bool] = field(default_factory=dict)
     format: int = FORMAT
+
+    def option(self, name: str) -> bool | None:
+        """One of options, if the manifest says it (a bool); else None."""
+        value = self.options.get(name) if isinstance(self.options, dict) else None
+        return value if isinstance(value, bool) else None
 
     @property
     def total_bytes(self) -> int:

@@ -12,6 +12,7 @@ import os
 import subprocess
 
 from dmtcp_py.fault_injection import hold_env
+from dmtcp_py.paths import run_dir
 from dmtcp_py.protocol.states import State
 from tests.e2e.harness import TIMEOUT, agent_log, tool, wait_for
 from tests.e2e.test_incremental import MIB, MemProgram, _dumped_bytes, restart
@@ -50,14 +51,19 @@ def test_what_the_program_writes_after_the_precopy_is_in_the_generation(comp, pr
     newest = comp.images()[0]
     m = json.loads((newest / "manifest.json").read_text())
     assert m["generation"] == 2
+    assert m["options"] == {"compress": False, "incremental": True, "precopy": True}
     assert not (newest / "parent").exists()
     proc, out = restart(comp, newest, 1)
     assert prog.check(out) == "ok 1"
     comp.kill_and_wait(proc)
-    # the restored tree (in a PID namespace of its own) is pre-copied too
-    proc, out = restart(comp, newest, None, "--precopy")
+    # the restored tree (in a PID namespace of its own) is pre-copied too,
+    # as it was launched (the image says so: no option needed)
+    proc, out = restart(comp, newest)
     assert prog.check(out) == "ok 2"
     assert _dumped_bytes(comp.checkpoint()) <= (MIB << 20) // 4
+    tree = json.loads((newest / "manifest.json").read_text())["tree_id"]
+    logged = (run_dir() / f"agent-{tree}-restart-{proc.pid}.log").read_text()
+    assert "generation 3: pre-copied" in logged
     comp.kill_and_wait(proc)
     proc, out = restart(comp, comp.images()[0])
     assert prog.check(out) == "ok 2"

@@ -121,9 +121,35 @@ def test_restart_same_as_click(monkeypatch, words):
 
 def test_precopy_implies_incremental():
     """(a pre-copy is stored as chunks, its generation shares them)"""
-    for a in (fastargs.launch_args(["--precopy", "--no-incremental", "prog"]),
-              fastargs.restart_args(["--precopy", "a"])):
-        assert a.precopy and a.incremental
+    a = fastargs.launch_args(["--precopy", "--no-incremental", "prog"])
+    assert a.precopy and a.incremental
+
+
+@pytest.mark.parametrize("words, env, kept, expected", [
+    # not said: as the image's tree had it; an older image says nothing: off
+    ([], {}, {"compress": True, "precopy": True}, (True, True, True)),
+    ([], {}, {}, (False, False, False)),
+    ([], {}, {"precopy": "yes"}, (False, False, False)),  # (not a bool: not said)
+    # said, on the command line or in the environment: as said
+    (["--no-gzip", "--no-precopy"], {}, {"compress": True, "precopy": True,
+                                          "incremental": True}, (False, True, False)),
+    ([], {"DMTCP_GZIP": "0", "DMTCP_INCREMENTAL": "1"}, {"compress": True},
+     (False, True, False)),
+    (["--precopy"], {}, {}, (False, True, True)),
+])
+def test_a_restart_goes_on_with_the_trees_options_unless_told(monkeypatch, words, env, kept,
+                                                                expected):
+    from dmtcp_py.cli.restarting import tree_options
+    from dmtcp_py.images.manifest import Manifest
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    a = fastargs.restart_args([*words, "a"])
+    assert vars(a) == _restart_by_click(monkeypatch, [*words, "a"])
+    m = Manifest(comp_id="c", tree_id="t", program="p", argv=[], host="h", generation=1,
+                 time=0.0, root_pid=1, pids=[1], peers=1, agent_socket="s", num_trees=1,
+                 stdio={}, external=[], criu_version="4.2", options=kept)
+    got = tree_options(a, m)
+    assert (got["compress"], got["incremental"], got["precopy"]) == expected
 
 
 def test_restart_environment_same_as_click(monkeypatch):
