@@ -170,3 +170,56 @@ class Trackers:
                 close(self.fds.pop(pid))
                 stale.add(pid)
         return stale
+
+
+# PAGEMAP_SCAN's categories (<linux/fs.h>) and one region of its answer
+PAGE_IS_WRITTEN, PAGE_IS_PRESENT, PAGE_IS_SWAPPED = 1 << 1, 1 << 3, 1 << 4
+_REGION = struct.Struct("QQQ")  # start, end, categories
+_REGIONS = 256                  # regions asked for at a time
+PAGE = 4096
+
+
+def written_bytes(pid: int, limit: int) -> int:
+    """The bytes of pid's trackable memory (trackable_ranges) written since
+    its pages were last protected, counted up to about limit: what a
+    tracked dump would write beyond the ranges it always writes whole.  A
+    read of the page tables (PAGEMAP_SCAN), the process running: it changes
+    nothing.  TrackerGone if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            ranges = trackable_ranges(f.read())
+        fd = os.open(f"/proc/{pid}/pagemap", os.O_RDONLY | os.O_CLOEXEC)
+    except (FileNotFoundError, ProcessLookupError):
+        raise TrackerGone(f"process {pid} is gone") from None
+    vec = bytearray(_REGION.size * _REGIONS)
+    address, total = _address_of(vec), 0
+    try:
+        for start, end in ranges:
+            while start < end and total < limit:
+                arg = bytearray(_SCAN_ARG.pack(
+                    _SCAN_ARG.size, 0, start, end, 0, address, _REGIONS,
+                    (limit - total + PAGE - 1) // PAGE,  # max_pages: enough to know
+                    0, PAGE_IS_WRITTEN, PAGE_IS_PRESENT | PAGE_IS_SWAPPED, PAGE_IS_WRITTEN))
+                found = fcntl.ioctl(fd, PAGEMAP_SCAN, arg)
+                for k in range(found):
+                    lo, hi, _ = _REGION.unpack_from(vec, k * _REGION.size)
+                    total += hi - lo
+                walk_end = _SCAN_ARG.unpack(arg)[4]
+                if walk_end <= start:
+                    break
+                start = walk_end
+    except OSError as exc:
+        if exc.errno in (errno.ESRCH, errno.ENOENT):
+            raise TrackerGone(f"process {pid} is gone") from None
+        if exc.errno != errno.EINVAL:  # (a range unmapped meanwhile: the count so far)
+            raise
+    finally:
+        os.close(fd)
+    return total
+
+
+def _address_of(buf: bytearray) -> int:
+    """The address of buf's bytes, for the kernel to write into (buf must
+    outlive the call: the caller keeps it)."""
+    import ctypes
+    return ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))

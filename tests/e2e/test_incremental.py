@@ -21,10 +21,10 @@ class MemProgram:
     """mem_phases under a computation, driven through its control file."""
 
     def __init__(self, comp, programs, tmp_path: Path, *options: str, env=None,
-                 scatter: bool = False) -> None:
+                 scatter: bool = False, mib: int = MIB, percent: int = PERCENT) -> None:
         self.comp, self.control, self.seq = comp, tmp_path / "control", 0
         self.proc, self.out = comp.launch("--incremental", *options, *programs["mem_phases"],
-                                          str(MIB), str(PERCENT), str(self.control),
+                                          str(mib), str(percent), str(self.control),
                                           *(["scatter"] if scatter else []), env=env)
         wait_for(lambda: "ready" in self.text(), what="the program to fill its memory")
         comp.wait_peers(1)

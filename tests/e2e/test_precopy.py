@@ -15,20 +15,26 @@ from dmtcp_py.fault_injection import hold_env
 from dmtcp_py.paths import run_dir
 from dmtcp_py.protocol.states import State
 from tests.e2e.harness import TIMEOUT, agent_log, tool, wait_for
-from tests.e2e.test_incremental import MIB, MemProgram, _dumped_bytes, restart
+from tests.e2e.test_incremental import MemProgram, _dumped_bytes, restart
 
 HOLD = 3.0  # seconds each round waits after its pre-copy: the program writes then
+# a program whose every write is more than a round needs to pre-copy
+# (tree_work.PRECOPY_FROM): PART percent of BIG MiB
+BIG, PART = 128, 60
 
 
-def _checkpoint_writing_after_the_precopy(comp, prog, generation: int) -> str:
+def _checkpoint_writing_after_the_precopy(comp, prog, generation: int,
+                                          write: bool = True) -> str:
     """-bc; once the pre-copy of `generation` is stored (the agent holds
-    there), the program rewrites 5% of its memory; the command's output."""
+    there), the program rewrites a part of its memory (if write); the
+    command's output."""
     bc = subprocess.Popen([tool("dmtcp-command"), "-p", str(comp.port), "-bc"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: f"generation {generation}: pre-copied" in agent_log(comp),
                  what=f"the pre-copy of generation {generation}")
-        prog.write()
+        if write:
+            prog.write()
         out, err = bc.communicate(timeout=TIMEOUT)
     finally:
         if bc.poll() is None:
@@ -41,12 +47,16 @@ def _checkpoint_writing_after_the_precopy(comp, prog, generation: int) -> str:
 def test_what_the_program_writes_after_the_precopy_is_in_the_generation(comp, programs,
                                                                         tmp_path):
     env = {**os.environ, **hold_env(State.PRECOPIED, HOLD)}
-    prog = MemProgram(comp, programs, tmp_path, "--precopy", env=env)
-    for generation in (1, 2):
-        out = _checkpoint_writing_after_the_precopy(comp, prog, generation)
-        # the pre-copy took the memory: the dump only what was written since
-        assert _dumped_bytes(out) <= (MIB << 20) // 4, out
-        assert not list(comp.ckptdir.glob(".*.precopy")), "the layer was left behind"
+    prog = MemProgram(comp, programs, tmp_path, "--precopy", env=env, mib=BIG, percent=PART)
+    # the first checkpoint is pre-copied: its dump takes little
+    assert _dumped_bytes(_checkpoint_writing_after_the_precopy(comp, prog, 1, write=False)) \
+        <= (BIG << 20) // 4
+    assert not list(comp.ckptdir.glob(".*.precopy")), "the layer was left behind"
+    # more than PRECOPY_FROM written since: the next one too, from the first
+    prog.write()
+    out = _checkpoint_writing_after_the_precopy(comp, prog, 2)
+    assert _dumped_bytes(out) >= (BIG << 20) * PART // 100  # (what was written after it)
+    assert not list(comp.ckptdir.glob(".*.precopy")), "the layer was left behind"
     comp.kill_and_wait(prog.proc)
     newest = comp.images()[0]
     m = json.loads((newest / "manifest.json").read_text())
@@ -54,16 +64,18 @@ def test_what_the_program_writes_after_the_precopy_is_in_the_generation(comp, pr
     assert m["options"] == {"compress": False, "incremental": True, "precopy": True}
     assert not (newest / "parent").exists()
     proc, out = restart(comp, newest, 1)
-    assert prog.check(out) == "ok 1"
+    assert prog.check(out) == "ok 0"
     comp.kill_and_wait(proc)
     # the restored tree (in a PID namespace of its own) is pre-copied too,
-    # as it was launched (the image says so: no option needed)
+    # as it was launched (the image says so: no option needed), the first
+    # time; the next time, with nothing written since, it is not
     proc, out = restart(comp, newest)
     assert prog.check(out) == "ok 2"
-    assert _dumped_bytes(comp.checkpoint()) <= (MIB << 20) // 4
-    tree = json.loads((newest / "manifest.json").read_text())["tree_id"]
-    logged = (run_dir() / f"agent-{tree}-restart-{proc.pid}.log").read_text()
-    assert "generation 3: pre-copied" in logged
+    tree = m["tree_id"]
+    for generation, said in ((3, "pre-copied"), (4, "not pre-copied")):
+        assert _dumped_bytes(comp.checkpoint()) <= (BIG << 20) // 4
+        logged = (run_dir() / f"agent-{tree}-restart-{proc.pid}.log").read_text()
+        assert f"generation {generation}: {said}" in logged
     comp.kill_and_wait(proc)
     proc, out = restart(comp, comp.images()[0])
     assert prog.check(out) == "ok 2"
@@ -77,11 +89,11 @@ def test_a_failed_precopy_leaves_the_dump_whole(comp, programs, tmp_path):
     before the pre-copy are in no image), and the generation restarts
     with the words the program last wrote."""
     env = {**os.environ, "DMTCP_TEST_FAIL_PRECOPY_STORE": "1"}
-    prog = MemProgram(comp, programs, tmp_path, "--precopy", env=env)
+    prog = MemProgram(comp, programs, tmp_path, "--precopy", env=env, mib=BIG, percent=PART)
     comp.checkpoint()
-    prog.write()
+    prog.write()  # (enough for a pre-copy)
     out = comp.checkpoint()
-    assert _dumped_bytes(out) >= MIB << 20, out
+    assert _dumped_bytes(out) >= BIG << 20, out
     assert "pre-copy failed" in agent_log(comp)
     assert not list(comp.ckptdir.glob(".*.precopy")), "the layer was left behind"
     comp.kill_and_wait(prog.proc)

@@ -119,3 +119,38 @@ def test_second_dump_writes_only_written_pages(programs, tmp_path, registered):
             wait_for(lambda: not Path(f"/proc/{restored}").exists()
                      or "Z" in Path(f"/proc/{restored}/stat").read_text().split()[2], 10,
                      "the restored program to end")
+
+
+def test_the_bytes_written_since_the_last_dump_are_counted_without_stopping_it(programs,
+                                                                               tmp_path):
+    """tracking.written_bytes (what decides whether a pre-copy is worth its
+    pass): of the tracked memory, all before the registration, the few
+    pages the program touches after a tracked dump, that MiB more after it
+    rewrote 1 MiB; asked to stop early, it does."""
+    need_root()
+    sock, out = tmp_path / "uffd.sock", tmp_path / "sums"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(sock))
+    listener.listen(1)
+    listener.settimeout(20)
+    proc = subprocess.Popen([*programs["wp_track"], str(sock), str(out), str(MIB)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    uffd = -1
+    try:
+        uffd = _receive_uffd(listener)
+        assert tracking.written_bytes(proc.pid, 1 << 40) >= MIB << 20  # (nothing protected)
+        assert tracking.register(uffd, proc.pid) >= 1
+        _dump(proc.pid, tmp_path / "d1")  # (protects what it dumped)
+        quiet = tracking.written_bytes(proc.pid, 1 << 40)
+        assert quiet < 256 << 10, quiet
+        os.kill(proc.pid, signal.SIGUSR1)  # rewrites 1 MiB
+        _checksum(proc.pid, out)
+        written = tracking.written_bytes(proc.pid, 1 << 40)
+        assert 1 << 20 <= written - quiet < 2 << 20, (written, quiet)
+        assert tracking.written_bytes(proc.pid, PAGE) < written
+    finally:
+        tracking.close(uffd)
+        listener.close()
+        proc.kill()
+        proc.wait(timeout=10)
