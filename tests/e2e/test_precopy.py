@@ -4,7 +4,9 @@ stopped, takes only what it wrote since.  Held between the two
 (DMTCP_TEST_HOLD_PRECOPIED), the program rewrites part of its memory: the
 generation must hold those words as rewritten, not as the pre-dump read
 them; every generation restarts on its own, the layer is gone after its
-round, and a tree whose pre-copy fails is dumped whole."""
+round, a round after which little was written is not pre-copied, a
+restored tree keeps its --precopy, and a tree whose pre-copy fails is
+dumped whole."""
 from __future__ import annotations
 
 import json
