@@ -16,6 +16,8 @@ import os
 import signal
 import socket
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pycriu
@@ -71,62 +73,10 @@ def _checksum(pid: int, out: Path) -> str:
     return _sums(out)[-1]
 
 
-@pytest.mark.parametrize("registered", [True, False], ids=["registered", "unregistered"])
-def test_second_dump_writes_only_written_pages(programs, tmp_path, registered):
-    need_root()
-    sock, out = tmp_path / "uffd.sock", tmp_path / "sums"
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(sock))
-    listener.listen(1)
-    listener.settimeout(20)
-    proc = subprocess.Popen([*programs["wp_track"], str(sock), str(out), str(MIB)],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    uffd, restored = -1, 0
-    try:
-        uffd = _receive_uffd(listener)
-        if registered:
-            assert tracking.register(uffd, proc.pid) >= 1
-        first = _dump(proc.pid, tmp_path / "d1")
-        assert first["pages_written"] >= MIB * 256
-        os.kill(proc.pid, signal.SIGUSR1)  # rewrites 1 MiB (before the checksum)
-        expected = _checksum(proc.pid, out)
-        if registered:
-            tracking.register(uffd, proc.pid)
-        second = _dump(proc.pid, tmp_path / "d2", parent=tmp_path / "d1")
-        if registered:
-            assert second["pages_written"] < 2 * 256, second  # 1 MiB and some stack
-            assert second["pages_skipped_parent"] >= (MIB - 1) * 256, second
-        else:
-            assert second["pages_written"] >= MIB * 256, second
-        proc.kill()
-        proc.wait(timeout=10)
-        _criu("restore", "-D", str(tmp_path / "d2"), "-d", "--pidfile", str(tmp_path / "pid"),
-              cwd=tmp_path / "d2")
-        restored = int((tmp_path / "pid").read_text())
-        assert _checksum(restored, out) == expected
-    finally:
-        tracking.close(uffd)
-        listener.close()
-        for pid in (proc.pid, restored):
-            if pid:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        proc.wait(timeout=10)
-        if restored:
-            wait_for(lambda: not Path(f"/proc/{restored}").exists()
-                     or "Z" in Path(f"/proc/{restored}/stat").read_text().split()[2], 10,
-                     "the restored program to end")
-
-
-def test_the_bytes_written_since_the_last_dump_are_counted_without_stopping_it(programs,
-                                                                               tmp_path):
-    """tracking.written_bytes (what decides whether a pre-copy is worth its
-    pass): of the tracked memory, all before the registration, the few
-    pages the program touches after a tracked dump, that MiB more after it
-    rewrote 1 MiB; asked to stop early, it does."""
+@contextmanager
+def _tracked_program(programs, tmp_path: Path) -> Iterator[tuple[subprocess.Popen, int, Path]]:
+    """wp_track running, its userfaultfd handed over: (the process, the
+    userfaultfd, the file of its checksums); both gone at the end."""
     need_root()
     sock, out = tmp_path / "uffd.sock", tmp_path / "sums"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -139,6 +89,57 @@ def test_the_bytes_written_since_the_last_dump_are_counted_without_stopping_it(p
     uffd = -1
     try:
         uffd = _receive_uffd(listener)
+        yield proc, uffd, out
+    finally:
+        tracking.close(uffd)
+        listener.close()
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize("registered", [True, False], ids=["registered", "unregistered"])
+def test_second_dump_writes_only_written_pages(programs, tmp_path, registered):
+    restored = 0
+    with _tracked_program(programs, tmp_path) as (proc, uffd, out):
+        try:
+            if registered:
+                assert tracking.register(uffd, proc.pid) >= 1
+            first = _dump(proc.pid, tmp_path / "d1")
+            assert first["pages_written"] >= MIB * 256
+            os.kill(proc.pid, signal.SIGUSR1)  # rewrites 1 MiB (before the checksum)
+            expected = _checksum(proc.pid, out)
+            if registered:
+                tracking.register(uffd, proc.pid)
+            second = _dump(proc.pid, tmp_path / "d2", parent=tmp_path / "d1")
+            if registered:
+                assert second["pages_written"] < 2 * 256, second  # 1 MiB and some stack
+                assert second["pages_skipped_parent"] >= (MIB - 1) * 256, second
+            else:
+                assert second["pages_written"] >= MIB * 256, second
+            proc.kill()
+            proc.wait(timeout=10)
+            _criu("restore", "-D", str(tmp_path / "d2"), "-d", "--pidfile",
+                  str(tmp_path / "pid"), cwd=tmp_path / "d2")
+            restored = int((tmp_path / "pid").read_text())
+            assert _checksum(restored, out) == expected
+        finally:
+            if restored:
+                try:
+                    os.kill(restored, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                wait_for(lambda: not Path(f"/proc/{restored}").exists()
+                         or "Z" in Path(f"/proc/{restored}/stat").read_text().split()[2], 10,
+                         "the restored program to end")
+
+
+def test_the_bytes_written_since_the_last_dump_are_counted_without_stopping_it(programs,
+                                                                               tmp_path):
+    """tracking.written_bytes (what decides whether a pre-copy is worth its
+    pass): of the tracked memory, all before the registration, the few
+    pages the program touches after a tracked dump, that MiB more after it
+    rewrote 1 MiB; asked to stop early, it does."""
+    with _tracked_program(programs, tmp_path) as (proc, uffd, out):
         assert tracking.written_bytes(proc.pid, 1 << 40) >= MIB << 20  # (nothing protected)
         assert tracking.register(uffd, proc.pid) >= 1
         _dump(proc.pid, tmp_path / "d1")  # (protects what it dumped)
@@ -149,8 +150,3 @@ def test_the_bytes_written_since_the_last_dump_are_counted_without_stopping_it(p
         written = tracking.written_bytes(proc.pid, 1 << 40)
         assert 1 << 20 <= written - quiet < 2 << 20, (written, quiet)
         assert tracking.written_bytes(proc.pid, PAGE) < written
-    finally:
-        tracking.close(uffd)
-        listener.close()
-        proc.kill()
-        proc.wait(timeout=10)
