@@ -31,6 +31,7 @@ from dmtcp_py.protocol.states import State
 
 if TYPE_CHECKING:
     from dmtcp_py.images import checkpoint
+    from dmtcp_py.images.manifest import Manifest
 
 log = logging.getLogger("agent")
 
@@ -112,12 +113,18 @@ class TreeWork:
         round: without a layer the dump writes every page it would have."""
         if self.cfg.precopy and self._tracks() and self.tree.root_pid is not None:
             loop = asyncio.get_running_loop()
-            written = await loop.run_in_executor(None, self._written_since_protected)
+            cfg = self.cfg
+            assert cfg.ckptdir is not None, "the coordinator's welcome sets it"
+            image = cfg.ckptdir / _checkpoint().store.image_name(cfg.program, cfg.tree_id)
+            published = await loop.run_in_executor(None, _checkpoint().shareable_previous,
+                                                   image)
+            written = await loop.run_in_executor(None, self._written_since_protected,
+                                                 published)
             if written is not None and written < PRECOPY_FROM:
                 log.info("generation %d: not pre-copied: %d bytes written since generation "
                          "%d", step.generation, written, self._tracked_since)
             else:
-                await self._take_layer(step)
+                await self._take_layer(step, image, published if self._share else None)
         elif self.cfg.precopy and not self._told_no_precopy:
             self._told_no_precopy = True
             log.warning("--precopy needs write tracking (root, no --gzip, Linux 6.7 or "
@@ -126,16 +133,13 @@ class TreeWork:
         await fault_injection.hold(State.PRECOPIED)
         return WorkResult()
 
-    def _written_since_protected(self) -> int | None:
+    def _written_since_protected(self, published: Manifest | None) -> int | None:
         """The bytes of the tree's tracked memory written since the dump of
-        the published generation protected it (counted up to PRECOPY_FROM;
-        a process it did not protect counts whole); None if no dump did."""
-        since, cfg = self._tracked_since, self.cfg
-        if since is None or cfg.ckptdir is None:
-            return None
-        image = cfg.ckptdir / _checkpoint().store.image_name(cfg.program, cfg.tree_id)
-        published = _checkpoint().shareable_previous(image)
-        if published is None or published.generation != since:
+        the published generation (its manifest: published) protected it
+        (counted up to PRECOPY_FROM; a process it did not protect counts
+        whole); None if no dump did."""
+        since = self._tracked_since
+        if since is None or published is None or published.generation != since:
             return None  # (its dump would be whole)
         total = 0
         for pid in self.tree.pids():
@@ -147,9 +151,11 @@ class TreeWork:
                 break
         return total
 
-    async def _take_layer(self, step: Step) -> None:
+    async def _take_layer(self, step: Step, image: Path, previous: Manifest | None) -> None:
         """Trackers for every process (asked of running shims), then CRIU's
-        pre-dump stored as self._layer; a failure is logged and leaves none."""
+        pre-dump stored as self._layer beside image (sharing the chunks of
+        previous, the published generation's manifest, if not None); a
+        failure is logged and leaves none."""
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         await loop.run_in_executor(None, self.drop_layer)  # (a round given up before its dump)
@@ -162,21 +168,18 @@ class TreeWork:
         # from here on the pages the published generation left protected
         # are protected again by the pre-dump: only its layer holds them
         since, self._tracked_since = self._tracked_since, None
-        assert self.cfg.ckptdir is not None, "the coordinator's welcome sets it"
         from dmtcp_py.images import precopy  # (checkpoints with --precopy only)
-        cfg, root = self.cfg, self.tree.root_pid
-        store = _checkpoint().store
-        name = store.image_name(cfg.program, cfg.tree_id)
+        root, store = self.tree.root_pid, _checkpoint().store
         ticker = None
         try:
-            directory = await loop.run_in_executor(None, precopy.directory_for, cfg.ckptdir,
-                                                   name, step.generation)
+            directory = await loop.run_in_executor(None, precopy.directory_for, image.parent,
+                                                   image.name, step.generation)
             ticker = asyncio.create_task(self._report_progress(
                 step.generation, lambda: store.directory_bytes(directory), self.tree.pids()))
             self._layer = await loop.run_in_executor(None, lambda: precopy.take(
-                directory, cfg.ckptdir / name, step.generation, root,
-                run_dir() / f"criu-predump-{cfg.tree_id}.log", since, self._parent_view(),
-                self._share))
+                directory, image, step.generation, root,
+                run_dir() / f"criu-predump-{self.cfg.tree_id}.log", since, self._parent_view(),
+                previous))
         except (criu_driver.CriuError, OSError, ImageError) as exc:
             log.warning("pre-copy failed (the dump writes every page): %s", exc)
             if any(words in str(exc) for words in tracking.CRIU_REFUSALS):
@@ -363,17 +366,18 @@ class TreeWork:
             track = self._tracks()
             since, self._tracked_since = self._tracked_since, None
             layer, self._layer = self._layer, None  # (any dump takes it: images.precopy)
+            if layer is not None and not (track and not moving):  # (not its parent)
+                await loop.run_in_executor(None, _checkpoint().delete, [layer.directory])
+                layer = None
             # (with a pre-copy, what it wrote counts as written by this checkpoint)
-            before = layer.stored.written if layer is not None and track and not moving else 0
+            before = layer.stored.written if layer is not None else 0
             ticker = asyncio.create_task(self._report_progress(
                 step.generation, lambda: before + ckpt.written(), pids))
             parent = None
-            if layer is not None and track and not moving:
+            if layer is not None:
                 ckpt.layer = layer  # (finish stores the pages with it as the previous)
                 parent = await loop.run_in_executor(None, _checkpoint().parent_view,
                                                     layer.directory, self._parent_view())
-            elif layer is not None:
-                await loop.run_in_executor(None, _checkpoint().delete, [layer.directory])
             elif track and not moving and since is not None:
                 parent = await loop.run_in_executor(None, ckpt.tracking_parent, since,
                                                     self._parent_view())

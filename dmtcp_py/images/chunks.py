@@ -314,7 +314,7 @@ class Stored:
     shared: int = 0    # bytes of chunks linked from the previous generation
 
     # (read like a manifest's where a later store() shares from these:
-    # a pre-copy's, agent.precopy)
+    # a pre-copy's, images.precopy)
     compression = ""
 
     @property
@@ -397,7 +397,7 @@ def store(partial: Path, generation: int, previous: Path | None,
     """Replace every pages-N.img of partial by data files in partial (new
     ones fsynced, old ones linked from previous), as the module says.
     previous_manifest: the previous generation's, or what store() made of
-    a pre-copy (agent.precopy) in previous.  New data files are named
+    a pre-copy (images.precopy) in previous.  New data files are named
     pages-N-<tag>.img (default g<generation>).
     With a previous generation to share with, CRIU's files are moved out of
     the way first: into set_aside (a new directory on the same file system,

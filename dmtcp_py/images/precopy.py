@@ -32,8 +32,8 @@ from dmtcp_py import fault_injection
 from dmtcp_py.agent import criu_driver
 from dmtcp_py.frozen import record
 from dmtcp_py.images import chunks, store
-from dmtcp_py.images.checkpoint import (PARENT_LINK, PRECOPY_SUFFIX, parent_view,
-                                         shareable_previous)
+from dmtcp_py.images.checkpoint import PARENT_LINK, PRECOPY_SUFFIX, parent_view
+from dmtcp_py.images.manifest import Manifest
 
 
 @record
@@ -53,15 +53,15 @@ def directory_for(ckptdir: Path, name: str, generation: int) -> Path:
 
 
 def take(directory: Path, final: Path, generation: int, root_pid: int, log_path: Path,
-         since: int | None, view: Path, share: bool = True) -> Layer:
+         since: int | None, view: Path, previous: Manifest | None) -> Layer:
     """Pre-dump the running tree (root_pid) into directory (directory_for's)
     and store it there as a layer beside the image final.  since: the
-    generation whose dump last protected the tree's pages (the published
-    one is then the pre-dump's parent, if it is that one); share: the layer
-    may share chunks with the published generation.  CriuError, OSError or
-    ImageError if it fails (the directory is removed)."""
+    generation whose dump last protected the tree's pages; previous: the
+    published generation's manifest (checkpoint.shareable_previous), if the
+    layer may share its chunks: the pre-dump's parent if it is generation
+    since.  CriuError, OSError or ImageError if it fails (the directory is
+    removed)."""
     try:
-        previous = shareable_previous(final) if share else None
         parent = None
         if since is not None and previous is not None and previous.generation == since:
             parent = parent_view(final, view)
