@@ -295,6 +295,18 @@ def run_checked(argv: list[str], timeout: float = OP_TIMEOUT) -> str:
     return proc.stdout
 
 
+def positive_ints(text: str) -> list[int]:
+    """An argparse type: comma-separated integers, at least one, each at
+    least 1 (--procs 1,8,32 and the like)."""
+    try:
+        values = [int(n) for n in text.split(",") if n.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated integers") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: integers of at least 1")
+    return values
+
+
 def timed(fn, *args):
     """(seconds, result) of one call."""
     start = time.monotonic()

@@ -143,17 +143,14 @@ def rows(got: dict, mib: int) -> list[Row]:
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--mib", default="256,1024", help="comma-separated memory sizes (MiB)")
+    p.add_argument("--mib", type=bc.positive_ints, default="256,1024",
+                   help="comma-separated memory sizes (MiB)")
     p.add_argument("--runs", type=int, default=3, help="rounds of measurements")
     p.add_argument("--keep-logs", action="store_true",
                    help="keep the agent, coordinator and CRIU logs (the run directory)")
     args = p.parse_args()
-    try:
-        args.mib = [int(n) for n in args.mib.split(",") if n.strip()]
-    except ValueError:
-        p.error("--mib: comma-separated integers")
-    if not args.mib or min(args.mib) < 1 or args.runs < 1:
-        p.error("--mib and --runs must be at least 1")
+    if args.runs < 1:
+        p.error("--runs must be at least 1")
     return args
 
 

@@ -441,19 +441,16 @@ def table(results: list[Result], runs: int) -> str:
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--procs", default="1,8,32", help="comma-separated tree sizes")
+    p.add_argument("--procs", type=bc.positive_ints, default="1,8,32",
+                   help="comma-separated tree sizes")
     p.add_argument("--mib", type=int, default=64, help="touched memory per process")
     p.add_argument("--runs", type=int, default=3, help="checkpoints per tree size")
     p.add_argument("--keep-logs", action="store_true",
                    help="keep the agent, coordinator and CRIU logs (the run directory)")
     p.add_argument("--precopy", action="store_true", help="launch the trees with --precopy")
     args = p.parse_args()
-    try:
-        args.procs = [int(n) for n in args.procs.split(",") if n.strip()]
-    except ValueError:
-        p.error("--procs: comma-separated integers")
-    if not args.procs or min(args.procs) < 1 or args.mib < 1 or args.runs < 1:
-        p.error("--procs, --mib and --runs must be at least 1")
+    if args.mib < 1 or args.runs < 1:
+        p.error("--mib and --runs must be at least 1")
     return args
 
 

@@ -632,19 +632,15 @@ def measure_all(ws: bc.Workspace, sizes: list[int], runs: int) -> list[Samples]:
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--trees", default=",".join(map(str, SIZES)),
+    p.add_argument("--trees", type=bc.positive_ints, default=",".join(map(str, SIZES)),
                    help="comma-separated numbers of trees")
     p.add_argument("--runs", type=int, default=3, help="rounds per number of trees")
     p.add_argument("--budget", type=int, default=TIME_BUDGET, help="seconds before giving up")
     p.add_argument("--keep-logs", action="store_true",
                    help="keep the agent, coordinator and CRIU logs (the run directory)")
     args = p.parse_args()
-    try:
-        args.trees = [int(n) for n in args.trees.split(",") if n.strip()]
-    except ValueError:
-        p.error("--trees: comma-separated integers")
-    if not args.trees or min(args.trees) < 1 or args.runs < 1 or args.budget < 1:
-        p.error("--trees, --runs and --budget must be at least 1")
+    if args.runs < 1 or args.budget < 1:
+        p.error("--runs and --budget must be at least 1")
     return args
 
 
