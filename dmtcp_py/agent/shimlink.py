@@ -138,6 +138,17 @@ async def _send(sock: socket.socket, data: bytes, passed: int | None = None) -> 
         await loop.sock_sendall(sock, data[sent:])
 
 
+def _send_now(sock: socket.socket, data: bytes) -> bytes:
+    """Send what the socket takes at once (all of a record, but to a
+    process that stopped reading); the rest, for _send."""
+    try:
+        return data[sock.send(data):]
+    except (BlockingIOError, InterruptedError):
+        return data
+    except OSError:
+        return b""  # gone: the wait for its answer sees its end
+
+
 class ShimLink:
     def __init__(self, name: str, on_change: Callable[[], None] = lambda: None,
                  owes_resume: Callable[[bool], bool] = lambda suspended: False,
@@ -365,10 +376,11 @@ class ShimLink:
 
     async def _ask(self, shim: Shim, request: bytes, answer: int, *,
                    then_eof: bool = False) -> int | None:
-        """Send a request, wait for its answer; the answer's arg, or None if
-        the process went away."""
+        """Send a request (b"": sent already), wait for its answer; the
+        answer's arg, or None if the process went away."""
         try:
-            await _send(shim.sock, request)
+            if request:
+                await _send(shim.sock, request)
         except OSError:
             return None
         got = await self._reply(shim)
@@ -404,11 +416,19 @@ class ShimLink:
                           *, then_eof: bool = False, arg: int = 0) -> list[int]:
         """Ask every connected shim; return the pids that did not answer.
         A process that exits meanwhile is simply gone, not a failure."""
-        shims = list(self.shims)
+        # In pid order, every time: a round stops and releases the
+        # processes in the same order, so that none waits for the whole
+        # spread of both (the connections come back after a dump in any
+        # order, the set's order with them).  All records first, each
+        # with one send: the last process gets its record without waiting
+        # for a task per process to be scheduled.
+        shims = sorted(self.shims, key=lambda s: s.pid)
         if not shims:
             return []
-        tasks = [asyncio.ensure_future(self._ask(s, pack(request, arg), answer, then_eof=then_eof))
-                 for s in shims]
+        record = pack(request, arg)
+        unsent = [_send_now(s.sock, record) for s in shims]
+        tasks = [asyncio.ensure_future(self._ask(s, rest, answer, then_eof=then_eof))
+                 for s, rest in zip(shims, unsent)]
         done, pending = await asyncio.wait(tasks, timeout=timeout)
         for task in pending:
             task.cancel()
