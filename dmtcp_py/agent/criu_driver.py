@@ -11,6 +11,7 @@ import struct
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -153,12 +154,15 @@ def begin_dump(log_path: Path, track: bool = False) -> DumpSession:
 
 def dump(root_pid: int, images_dir: Path, log_path: Path, *, leave_running: bool,
          external: list[str], session: DumpSession | None = None,
-         track: bool = False, parent: Path | None = None) -> None:
+         track: bool = False, parent: Path | None = None,
+         on_dumped: Callable[[], None] | None = None) -> None:
     """session: begin_dump's for this log_path, used and closed here
     (one that ended meanwhile is replaced).  track: CRIU reads which pages
     were written since the last tracked dump, and protects them again
     (agent/tracking.py); parent: that dump's images (a directory with its
-    pagemaps), where CRIU leaves the pages not written since."""
+    pagemaps), where CRIU leaves the pages not written since.  on_dumped:
+    called (in this thread) once every image is written, the tree still
+    frozen by CRIU (its post-dump notification)."""
     pycriu = _pycriu()
     if session is not None and not session.usable(log_path, track):
         session.close()
@@ -175,11 +179,59 @@ def dump(root_pid: int, images_dir: Path, log_path: Path, *, leave_running: bool
         session.rpc.opts.pid = root_pid
         session.rpc.opts.leave_running = leave_running
         session.rpc.opts.external.extend(external)
-        session.rpc.dump()
-    except pycriu.CRIUException as exc:
+        if on_dumped is None:
+            session.rpc.dump()
+        else:
+            _dump_notified(session, on_dumped)
+    except (pycriu.CRIUException, _RpcBroken) as exc:
         raise _failure("dump", exc, log_path, session) from None
     finally:
         session.close()
+
+
+class _RpcBroken(Exception):
+    """CRIU's RPC socket broke or spoke nonsense (pycriu's own
+    CRIUExceptionInternal is not importable: its module's name is its
+    class's)."""
+
+
+def _dump_notified(session: DumpSession, on_dumped: Callable[[], None]) -> None:
+    """pycriu's dump, asking CRIU to stop at its action scripts' points
+    (notify_scripts): each one it announces is answered at once, and
+    post-dump, where the images are complete and the tree is still
+    frozen, calls on_dumped first."""
+    pycriu = _pycriu()
+    from google.protobuf.message import DecodeError  # (pycriu's protobuf, loaded with it)
+    rpc = pycriu.rpc
+    req = rpc.criu_req(type=rpc.DUMP)
+    req.opts.MergeFrom(session.rpc.opts)
+    req.opts.notify_scripts = True
+    try:
+        session.sock.send(req.SerializeToString())
+        while True:
+            resp = rpc.criu_resp()
+            resp.ParseFromString(_recv_packet(session.sock))
+            if resp.type != rpc.NOTIFY:
+                break
+            if resp.notify.script == "post-dump":
+                on_dumped()
+            session.sock.send(rpc.criu_req(type=rpc.NOTIFY, notify_success=True)
+                              .SerializeToString())
+    except (OSError, DecodeError) as exc:
+        raise _RpcBroken(f"DUMP failed: {exc}") from None
+    if not resp.success:
+        raise pycriu.CRIUExceptionExternal(rpc.DUMP, resp.type, resp.cr_errno)
+
+
+def _recv_packet(sock) -> bytes:
+    """One message of CRIU's SOCK_SEQPACKET, whatever its size (its length
+    peeked first, as pycriu does); EOF (criu ended) is an error."""
+    import socket  # (dumps only, as in DumpSession)
+    size = len(sock.recv(1, socket.MSG_TRUNC | socket.MSG_PEEK))
+    data = sock.recv(size) if size else b""
+    if not data:
+        raise ConnectionError("criu closed its RPC socket")
+    return data
 
 
 def pre_dump(root_pid: int, images_dir: Path, log_path: Path, *,

@@ -208,21 +208,27 @@ class ShimLink:
 
     async def listen(self, listening=None) -> None:
         """Accept the shims' connections, on a socket made here, or on
-        listening (a socket of the same name made before the tree started:
-        early.py)."""
-        if listening is not None:
-            sock = socket.socket(fileno=listening.detach())
-        else:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-            try:
-                sock.bind("\0" + self.name)
-                sock.listen(1024)
-            except OSError:
-                sock.close()
-                raise
+        listening (made before: early.py's before the tree started,
+        listener()'s as a dump ended)."""
+        sock = socket.socket(fileno=listening.detach()) if listening is not None \
+            else self.listener()
         sock.setblocking(False)
         self._listener = sock
         self._accepting = asyncio.create_task(self._accept(sock))
+
+    def listener(self) -> socket.socket:
+        """The socket the shims connect to, bound and listening: what
+        connects waits in its backlog until listen() takes it.  System
+        calls only, so any thread may make it (the dump's, at CRIU's
+        post-dump)."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            sock.bind("\0" + self.name)
+            sock.listen(1024)
+        except OSError:
+            sock.close()
+            raise
+        return sock
 
     @property
     def listening(self) -> bool:

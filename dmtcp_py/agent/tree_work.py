@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -341,6 +342,16 @@ class TreeWork:
         # a process must not reconnect mid-dump: CRIU would meet a socket
         # leading out of the tree
         self.shims.stop_listening()
+        # but may as soon as CRIU wrote every image (its post-dump, the
+        # tree still frozen): the processes are back as CRIU lets them
+        # go, not a poll after the dump's end
+        early: list[socket.socket] = []
+
+        def listen_early() -> None:
+            try:
+                early.append(self.shims.listener())
+            except OSError as exc:
+                log.debug("listening again at CRIU's post-dump failed: %s", exc)
         parked = frozenset(self.shims.pids())  # REFILLED waits for these, also on failure
         gone = False  # the tree ended with its dump (a stopping checkpoint)
         try:
@@ -386,10 +397,13 @@ class TreeWork:
                     self.tree.root_pid, self._dump_log(),
                     leave_running=moving or not step.stop, external=facts.external,
                     follow=self._early_writeback(step, moving), session=session,
-                    track=track, parent=parent))
+                    track=track, parent=parent,
+                    on_dumped=None if step.stop and not moving else listen_early))
             finally:
                 self.tree.hold_reaping = False
                 ticker.cancel()
+            if early:  # the processes come back while the socket table is taken
+                await self.shims.listen(early.pop())
             if track:  # (the pages it protected are those of this generation's images)
                 self._tracked_since = step.generation
             if not step.stop:  # (with --stop CRIU ends the tree itself, by SIGKILL)
@@ -417,8 +431,8 @@ class TreeWork:
         finally:
             # a failed dump leaves the tree running, stopping or not: its
             # processes come back
-            if not gone:
-                await self.shims.listen()
+            if not gone and not self.shims.listening:
+                await self.shims.listen(early.pop() if early else None)
         duration = time.monotonic() - started
         log.info("generation %d: dumped %d bytes in %.3f s", step.generation,
                  dumped, duration)

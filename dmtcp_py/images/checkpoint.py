@@ -104,19 +104,21 @@ class Checkpoint:
     def dump(self, root_pid: int, log_path: Path, *, leave_running: bool,
              external: list[str], follow: bool = False,
              session: criu_driver.DumpSession | None = None,
-             track: bool = False, parent: Path | None = None) -> None:
+             track: bool = False, parent: Path | None = None,
+             on_dumped: Callable[[], None] | None = None) -> None:
         """follow: hash the page files while CRIU writes them and start
         their writeback (images.follow); for pages that finish() seals as
         CRIU left them (not compressed, not chunked).  session: CRIU
         started already (criu_driver.begin_dump), used and closed.  track,
         parent: write tracking (criu_driver.dump; parent: tracking_parent's),
-        for a generation finish() stores as chunks."""
+        for a generation finish() stores as chunks.  on_dumped: criu_driver.dump's."""
         follower = follow_pages.PageFollower(self.partial) if follow else None
         if follower is not None:
             follower.start()
         try:
             criu_driver.dump(root_pid, self.partial, log_path, leave_running=leave_running,
-                             external=external, session=session, track=track, parent=parent)
+                             external=external, session=session, track=track, parent=parent,
+                             on_dumped=on_dumped)
         except BaseException:
             if follower is not None:
                 follower.close()
