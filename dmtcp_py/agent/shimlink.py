@@ -87,6 +87,39 @@ class Shim:
     parked: list[ParkedFd] = field(default_factory=list)
     label: list | None = None  # what the coordinator is told of it (the agent fills it in)
     tracker: int | None = None  # the userfaultfd its TRACKER carried, until taken
+    asked: _Asked | None = None  # the request_all it owes an answer to, if any
+
+
+@dataclass(eq=False)
+class _Asked:
+    """One request_all: the answers its shims owe, taken as each
+    connection's reader hears them (no task per process)."""
+    answer: int
+    then_eof: bool                  # done with a shim once its connection ends too
+    missing: set[Shim]
+    done: asyncio.Future
+    answered: set[Shim] = field(default_factory=set)  # (then_eof) its end to come
+
+    def take(self, shim: Shim, type_: int) -> bool:
+        """A record heard from shim: whether it was its answer (a stale
+        record of another type is not: see owes_resume)."""
+        if type_ != self.answer or shim not in self.missing or shim in self.answered:
+            return False
+        if self.then_eof:
+            self.answered.add(shim)
+        else:
+            self.settle(shim)
+        return True
+
+    def settle(self, shim: Shim) -> None:
+        """shim owes nothing more: it answered, or it went away (which is
+        no failure: a process that exits meanwhile is simply gone)."""
+        self.missing.discard(shim)
+        if not self.missing and not self.done.done():
+            self.done.set_result(None)
+
+    def unanswered(self) -> list[Shim]:
+        return [s for s in self.missing if s not in self.answered]
 
 
 def _close(fd: int | None) -> None:
@@ -360,7 +393,8 @@ class ShimLink:
                 else:
                     if type_ == SUSPENDED and arg:
                         log.warning("pid %d: %d threads would not stop", pid, arg)
-                    shim.replies.put_nowait((type_, arg))
+                    if shim.asked is None or not shim.asked.take(shim, type_):
+                        shim.replies.put_nowait((type_, arg))
         except (ConnectionError, OSError):
             pass
         finally:
@@ -372,6 +406,8 @@ class ShimLink:
             _close(shim.tracker)
             shim.tracker = None
             shim.replies.put_nowait(None)
+            if shim.asked is not None:
+                shim.asked.settle(shim)
             if shim in self.shims:
                 self.shims.discard(shim)
                 self._notify()
@@ -426,20 +462,53 @@ class ShimLink:
         # processes in the same order, so that none waits for the whole
         # spread of both (the connections come back after a dump in any
         # order, the set's order with them).  All records first, each
-        # with one send: the last process gets its record without waiting
-        # for a task per process to be scheduled.
+        # with one send, and the answers taken by the connections' readers
+        # (_Asked): no task, future and timer per process, whose CPU time
+        # the processes' stop shared with them (two cores here).
         shims = sorted(self.shims, key=lambda s: s.pid)
         if not shims:
             return []
+        loop = asyncio.get_running_loop()
+        asked = _Asked(answer, then_eof, set(shims), loop.create_future())
+        for shim in shims:
+            shim.asked = asked
+            self._take_queued(shim, asked)
         record = pack(request, arg)
-        unsent = [_send_now(s.sock, record) for s in shims]
-        tasks = [asyncio.ensure_future(self._ask(s, rest, answer, then_eof=then_eof))
-                 for s, rest in zip(shims, unsent)]
-        done, pending = await asyncio.wait(tasks, timeout=timeout)
-        for task in pending:
-            task.cancel()
-        return [s.pid for s, t in zip(shims, tasks)
-                if t in pending and s in self.shims]
+        sending = [asyncio.ensure_future(self._send_rest(shim, rest, asked))
+                   for shim in shims if (rest := _send_now(shim.sock, record))]
+        deadline = loop.time() + timeout
+        try:
+            while not asked.done.done() and (left := deadline - loop.time()) > 0:
+                await asyncio.wait({asked.done}, timeout=min(NUDGE_AFTER, left))
+                if not asked.done.done():  # woken again until they answer
+                    wake.wake([s.pid for s in asked.unanswered()], self._signum)
+        finally:
+            for shim in shims:
+                shim.asked = None
+            for task in sending:
+                task.cancel()
+        return sorted(s.pid for s in asked.missing if s in self.shims)
+
+    @staticmethod
+    def _take_queued(shim: Shim, asked: _Asked) -> None:
+        """What the shim said before the request: records of other types
+        are stale and dropped, as _ask drops them; an answer or its end
+        counts for the request."""
+        while not shim.replies.empty():
+            got = shim.replies.get_nowait()
+            if got is None:
+                shim.replies.put_nowait(None)  # (for _ask's sake, it is still the end)
+                asked.settle(shim)
+                return
+            if asked.take(shim, got[0]) and not asked.then_eof:
+                return
+
+    @staticmethod
+    async def _send_rest(shim: Shim, rest: bytes, asked: _Asked) -> None:
+        try:
+            await _send(shim.sock, rest)
+        except OSError:
+            asked.settle(shim)  # gone: its connection's end says so too
 
     async def park(self, fds_by_pid: dict[int, list[int]], timeout: float) -> list[ParkedFd]:
         """DRAINED: each process hands over the sockets named for it."""

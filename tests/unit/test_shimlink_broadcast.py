@@ -99,3 +99,56 @@ def test_every_process_gets_its_record_before_any_answer_is_awaited_in_pid_order
     reported = {int(pid): int(type_) for pid, type_ in zip(lines[::2], lines[1::2])}
     assert reported == {pid: records.SUSPEND for pid in pids}
     assert sent_to == sorted(pids)
+
+
+# argv: the link's name, then what to do with the record: answer it, go
+# away without an answer, or say a record of another kind before the
+# request (a stale one) and never answer
+OTHER = r"""
+import os, socket, sys, time
+from dmtcp_py.agent import records
+name, how = sys.argv[1], sys.argv[2]
+def record(type_, arg=0):
+    return records.RECORD.pack(records.MAGIC, records.VERSION, type_, os.getpid(), os.getppid(), arg)
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+sock.connect("\0" + name)
+sock.sendall(record(records.HELLO))
+if how == "stale":
+    sock.sendall(record(records.RESUMED))
+got = b""
+while len(got) < records.RECORD.size:
+    got += sock.recv(records.RECORD.size - len(got))
+if how == "answers":
+    sock.sendall(record(records.SUSPENDED))
+    sock.recv(1)
+elif how == "stale":
+    time.sleep(30)
+"""
+
+
+async def mixed_scenario(hows: list[str]) -> tuple[list[int], dict[str, int]]:
+    link = ShimLink(f"dmtcp-test-mixed-{os.getpid()}")
+    await link.listen()
+    children: dict[str, subprocess.Popen] = {}
+    try:
+        for how in hows:
+            children[how] = subprocess.Popen([sys.executable, "-c", OTHER, link.name, how])
+        for _ in range(1000):
+            if len(link.pids()) == len(hows):
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # (the stale record is queued by now)
+        stuck = await link.request_all(records.SUSPEND, records.SUSPENDED, timeout=1.5)
+        return stuck, {how: child.pid for how, child in children.items()}
+    finally:
+        link.stop_listening()
+        for shim in list(link.shims):
+            shim.sock.close()
+        for child in children.values():
+            child.kill()
+            child.wait()
+
+
+def test_only_an_answer_counts_and_a_process_gone_is_no_failure():
+    stuck, pids = asyncio.run(mixed_scenario(["answers", "gone", "stale"]))
+    assert stuck == [pids["stale"]]
