@@ -19,7 +19,8 @@ starts a new maximum.  Each of --runs rounds then measures
   frozen     CRIU's frozen_time from its stats-dump (the agent's CRIU work
              directory is the run directory, as in bench_checkpoint.py)
 
-and the table adds stop time per MiB of the whole tree and the ratio to the
+and the table adds, per run, stop - frozen of the same dump ("beyond": what
+is added around CRIU), stop time per MiB of the whole tree and the ratio to the
 first N, to judge the target "stop time grows with memory, not with the
 number of processes" (total memory grows with N here).
 
@@ -407,10 +408,10 @@ def table(results: list[Result], runs: int) -> str:
         "`dmtcp-command -bc`",
         "",
         f"{'N':>3} {'MiB':>5} | {'stop':>8} {'min':>8} {'max':>8} | {'base max':>8} | "
-        f"{'-bc wall':>8} {'frozen':>8} | {'stop/MiB':>8} {'frz/MiB':>8} | "
+        f"{'-bc wall':>8} {'frozen':>8} {'beyond':>8} | {'stop/MiB':>8} {'frz/MiB':>8} | "
         f"{'stop/':>6} {'per-MiB':>7}",
         f"{'':>3} {'total':>5} | {'median':>8} {'':>8} {'':>8} | {'median':>8} | "
-        f"{'median':>8} {'median':>8} | {'median':>8} {'median':>8} | "
+        f"{'median':>8} {'median':>8} {'median':>8} | {'median':>8} {'median':>8} | "
         f"{f'stop({ref.procs})':>6} {'ratio':>7}",
     ]
     for r in results:
@@ -420,7 +421,9 @@ def table(results: list[Result], runs: int) -> str:
         lines.append(
             f"{r.procs:>3} {r.total_mib:>5} | {_ms(stop)} {_ms(min(r.stop))} {_ms(max(r.stop))} | "
             f"{_ms(statistics.median(r.baseline))} | {_ms(statistics.median(r.wall))} "
-            + (_ms(frozen) if frozen is not None else f"{'n/a':>8}")
+            + (_ms(frozen) if frozen is not None else f"{'n/a':>8}") + " "
+            + (_ms(statistics.median(s - f for s, f in zip(r.stop, r.frozen)))
+               if len(r.frozen) == len(r.stop) else f"{'n/a':>8}")
             + f" | {per_mib * 1e3:8.3f} "
             + (f"{frozen / r.total_mib * 1e3:8.3f}" if frozen is not None else f"{'n/a':>8}")
             + f" | {stop / ref_stop:6.2f} {per_mib / (ref_stop / ref.total_mib):7.2f}")
@@ -433,6 +436,7 @@ def table(results: list[Result], runs: int) -> str:
         f"per-MiB ratio: (stop/MiB at N) / (stop/MiB at N={ref.procs}); about 1 or below: the stop "
         "time follows the memory, no extra cost per process; above 1: each process adds its own.",
         "base max: median of the largest gap without checkpoint (scheduling noise, incl. the 1 ms tick).",
+        "beyond: median over the runs of stop - frozen of the same dump (what is added around CRIU).",
     ]
     return "\n".join(lines)
 

@@ -12,13 +12,24 @@ UNITS = {"s": 1.0, "ms": 1e3, "MiB": 1 / 2**20, "ms/GiB": 1e3 * 2**30}
 
 @dataclass(frozen=True)
 class Target:
-    """ours <= factor * baseline + slack (medians, in the samples' unit)."""
+    """ours <= factor * baseline + slack (medians, in the samples' unit).
+    paired: the i-th sample of ours and of the baseline come from the same
+    run (the program's stop and CRIU's frozen time of one dump), and the
+    target holds for the median run: median(ours_i - factor * base_i) <=
+    slack.  The medians of the two alone may come from different runs,
+    and the baseline's own spread then decides the verdict."""
     factor: float
     slack: float
     text: str
+    paired: bool = False
 
     def met(self, ours: float, base: float) -> bool:
         return ours <= self.factor * base + self.slack
+
+    def met_by(self, ours: list[float], base: list[float]) -> bool:
+        if self.paired and len(ours) == len(base):
+            return statistics.median(o - self.factor * b for o, b in zip(ours, base)) <= self.slack
+        return self.met(statistics.median(ours), statistics.median(base))
 
 
 @dataclass(frozen=True)
@@ -40,8 +51,7 @@ class Row:
     def verdict(self) -> str:
         if self.target is None:
             return ""
-        met = self.target.met(statistics.median(self.ours), statistics.median(self.base))
-        return "PASS" if met else "MISS"
+        return "PASS" if self.target.met_by(self.ours, self.base) else "MISS"
 
 
 def cell(values: list[float], unit: str) -> str:

@@ -42,3 +42,17 @@ def test_markdown_has_a_table_per_section_and_names_the_misses():
     assert sum(line.startswith("| --- |") for line in text.splitlines()) == 2
     assert text.endswith("Targets: 1 of 2 met: missed second: c")
     assert "| a |" in text.split("### second")[0] and "| e |" in text.split("### second")[0]
+
+
+def test_a_paired_target_holds_for_the_median_run_not_the_medians():
+    stop = Target(1.0, 0.020, "≤ frozen + 20 ms", paired=True)
+    # two dumps stopped the program 10 ms beyond their own frozen time, one
+    # 300 ms: the medians alone (1.30 against 1.09) mix different runs
+    frozen = [1.09, 1.29, 1.05]
+    ours = [1.10, 1.30, 1.35]
+    assert Row("s", "x", ours, frozen, "b", "ms", stop).verdict == "PASS"
+    assert Row("s", "x", ours, frozen, "b", "ms", Target(1.0, 0.020, "unpaired")).verdict == "MISS"
+    # 30 ms beyond in two runs of three: missed
+    assert Row("s", "x", [1.12, 1.32, 1.35], frozen, "b", "ms", stop).verdict == "MISS"
+    # samples that do not pair up (a reading missing) fall back to the medians
+    assert Row("s", "x", [1.0, 2.0], [1.5], "b", "ms", stop).verdict == "PASS"
