@@ -88,6 +88,7 @@ class Shim:
     label: list | None = None  # what the coordinator is told of it (the agent fills it in)
     tracker: int | None = None  # the userfaultfd its TRACKER carried, until taken
     asked: _Asked | None = None  # the request_all it owes an answer to, if any
+    own: int = 0  # its pid in its own PID namespace, as its hello said
 
 
 @dataclass(eq=False)
@@ -280,6 +281,11 @@ class ShimLink:
     def pids(self) -> list[int]:
         return sorted(s.pid for s in self.shims)
 
+    def own_pids(self) -> dict[int, int]:
+        """pid -> its id in its own PID namespace, of the connected
+        processes (each said it, and is alive while it is connected)."""
+        return {s.pid: s.own for s in self.shims if s.own > 0}
+
     def name_of(self, pid: int) -> str:
         """The command name of a process that said hello, or "?"."""
         return self._names.get(pid, "?")
@@ -378,6 +384,7 @@ class ShimLink:
                 if type_ == HELLO:
                     self._remember_name(pid)
                     self._remember_pid(own_pid, pid)
+                    shim.own = own_pid
                     self.shims.add(shim)
                     self._notify()
                     if self._die_with_agent():

@@ -353,6 +353,7 @@ class TreeWork:
             except OSError as exc:
                 log.debug("listening again at CRIU's post-dump failed: %s", exc)
         parked = frozenset(self.shims.pids())  # REFILLED waits for these, also on failure
+        own = self.shims.own_pids()  # (before they detach)
         gone = False  # the tree ended with its dump (a stopping checkpoint)
         try:
             # the shims detach while the tree's files are read: each only
@@ -360,7 +361,7 @@ class TreeWork:
             parking = asyncio.ensure_future(self.shims.park_all(SHIM_TIMEOUT))
             try:
                 pids = self.tree.pids()
-                facts = self._facts(step, pids, sorted(parked))
+                facts = self._facts(step, pids, sorted(parked), own)
                 refusal = sysv.shared_memory_refusal(self.tree.root_pid, set(facts.pids))
                 if refusal:  # (CRIU's own words for it are cryptic)
                     raise criu_driver.CriuError(refusal)
@@ -511,7 +512,8 @@ class TreeWork:
             log.warning("%s", warning)
             say(f"dmtcp: warning: {warning}")
 
-    def _facts(self, step: Step, pids: list[int], shim_pids: list[int]) -> checkpoint.TreeFacts:
+    def _facts(self, step: Step, pids: list[int], shim_pids: list[int],
+               own: dict[int, int]) -> checkpoint.TreeFacts:
         cfg, m = self.cfg, self.cfg.manifest
         io = stdio.describe(self.relays)
         return _checkpoint().TreeFacts(
@@ -519,17 +521,18 @@ class TreeWork:
             argv=list(cfg.argv or (m.argv if m else [])), host=hostname(),
             agent_socket=self.shims.base, num_trees=step.num_trees, root_pid=self.tree.root_pid,
             pids=pids, shim_pids=shim_pids, stdio=io, external=stdio.external_ids(io),
-            ns_pids=self._ns_pids(pids),
+            ns_pids=self._ns_pids(pids, own),
             init_dir=str(self.tree.init_dir) if self.tree.init_dir is not None else "",
             agent_socket_ns=m is None or m.agent_socket_ns,
             options={"compress": cfg.compress, "incremental": cfg.incremental,
                      "precopy": cfg.precopy})
 
-    def _ns_pids(self, pids: list[int]) -> dict[str, int]:
-        """Each pid's id in the tree's own PID namespace (none: {})."""
+    def _ns_pids(self, pids: list[int], said: dict[int, int]) -> dict[str, int]:
+        """Each pid's id in the tree's own PID namespace (none: {}); said:
+        those the processes' hellos told (no /proc read for them)."""
         if not self.tree.own_namespace:
             return {}
-        own = {pid: procfs.ns_pid(pid) for pid in pids}
+        own = {pid: said.get(pid) or procfs.ns_pid(pid) for pid in pids}
         return {str(pid): n for pid, n in own.items() if n is not None}
 
     async def _report_progress(self, generation: int, written: Callable[[], int],

@@ -72,6 +72,7 @@ async def namespaced_scenario() -> tuple[list, list]:
             if link.pids():
                 break
             await asyncio.sleep(0.005)
+        own = link.own_pids()  # (what a dump's manifest takes as its ns pid)
         teller = connect(link.name)
         teller.sendall(record(records.CHILD_KILLED, records.killed_arg(7, 9)))
         teller.close()
@@ -80,13 +81,14 @@ async def namespaced_scenario() -> tuple[list, list]:
         init.close()
         await link.settle()
         shim.close()
-        return heard, ended
+        return heard, ended, own
     finally:
         link.stop_listening()
 
 
 def test_a_namespace_pid_is_told_as_ours_and_the_program_end_is_heard():
-    heard, ended = asyncio.run(namespaced_scenario())
+    heard, ended, own = asyncio.run(namespaced_scenario())
+    assert own == {os.getpid(): 7}
     comm = procfs.read(f"/proc/{os.getpid()}/comm").strip()
     assert heard == [(os.getpid(), 9, False, comm)]
     assert ended == [9]
