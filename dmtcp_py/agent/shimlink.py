@@ -423,24 +423,17 @@ class ShimLink:
         self._changed.set()
         self._on_change()
 
-    async def _ask(self, shim: Shim, request: bytes, answer: int, *,
-                   then_eof: bool = False) -> int | None:
-        """Send a request (b"": sent already), wait for its answer; the
-        answer's arg, or None if the process went away."""
+    async def _ask(self, shim: Shim, request: bytes, answer: int) -> int | None:
+        """Send a request, wait for its answer; the answer's arg, or None if
+        the process went away."""
         try:
-            if request:
-                await _send(shim.sock, request)
+            await _send(shim.sock, request)
         except OSError:
             return None
         got = await self._reply(shim)
         while got is not None and got[0] != answer:  # a stale answer (see owes_resume)
             got = await shim.replies.get()
-        if got is None:
-            return None
-        if then_eof:
-            while await shim.replies.get() is not None:
-                pass
-        return got[1]
+        return None if got is None else got[1]
 
     async def _reply(self, shim: Shim) -> tuple[int, int] | None:
         """The next record the process answers with (None: it went away),
