@@ -6,7 +6,11 @@ that many seconds, so that a test can look at the tree there (is it really
 stopped? are its sockets parked?) or kill something there (a peer, the
 coordinator) and see what the others do.  The agent calls hold() where a
 state's work ends: today at PRECOPIED (the pre-copy stored, the program
-running), at SUSPENDED, at DRAINED, at RESTARTING (a
+running), at SUSPENDED, at DRAINED, at CHECKPOINTED (the tree
+dumped, before the agent reports it), at REFILLED (the processes back
+from a dump or a restore, their sockets refilled, before the release;
+also in a round without sockets, which has no REFILLED barrier), at
+RESTARTING (a
 restarting agent whose tree CRIU restored, before it reports CHECKPOINTED),
 and at RUNNING (a launched agent whose program runs, before it joins the
 coordinator).
@@ -22,6 +26,7 @@ pass for the wrong reason.  Tests build the entry with hold_env().
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import os
 from collections.abc import Mapping
@@ -58,6 +63,8 @@ async def hold(state: State) -> None:
     """Called by the agent when it reached `state`: linger there if asked."""
     seconds = hold_seconds(state)
     if seconds > 0:
+        # (what a test looks for in the agent's log to know it is there)
+        logging.getLogger("fault_injection").info("holding in %s for %g s", state.value, seconds)
         await asyncio.sleep(seconds)
 
 

@@ -78,6 +78,9 @@ class Step:
     # RESUME straight after the dump (a socketless round, no REFILL): the
     # processes come back first
     bring_back: bool = False
+    # DUMP: the processes run again as soon as CRIU lets them go, not at
+    # the round's RESUME (_lets_go)
+    let_go: bool = False
 
 
 @record
@@ -474,10 +477,23 @@ class AgentMachine:
                     move=msg.move if work is Work.DUMP else None,
                     reconnect=frozenset(msg.reconnect), rollback=msg.rollback,
                     hold=msg.hold, swap=msg.swap,
-                    bring_back=work is Work.RESUME and self.state is State.CHECKPOINTED)
+                    bring_back=work is Work.RESUME and self.state is State.CHECKPOINTED,
+                    let_go=work is Work.DUMP and self._lets_go(msg))
         if work is Work.RESUME:
             self.restored_pending = False  # this release tells them
         return [DoWork(step)]
+
+    def _lets_go(self, msg: messages.Barrier) -> bool:
+        """Whether this dump's processes may run again as soon as CRIU
+        lets them go.  The round's RESUME waits for every tree's dump, so
+        that no tree runs on while another's image is still being taken
+        (it could reach that one through a file, a pipe, shared memory),
+        and for the refill of the drained connections.  A tree alone in a
+        round without sockets waits for nothing: a checkpoint that goes on
+        (not --stop), and no migration, whose image is restored elsewhere
+        at once."""
+        return (self.socketless and msg.num_trees == 1 and not msg.stop
+                and msg.move is None and not msg.swap)
 
     def work_done(self, step: Step, result: WorkResult) -> list:
         """A barrier's work is over: the state is reached (also when the

@@ -43,6 +43,7 @@ PROGRAM_ENDED = 21
 TRACK = 22
 TRACKER = 23
 
+HELLO_RELEASED = 2         # HELLO's arg: back from the dump at its token's address, running
 DONE_FAILED = 1 << 32      # DONE's arg: | this when the generation failed
 RESUME_RESTORED = 1 << 32  # RESUME's arg: | this after a restart
 PARK_LEADER = 1 << 32      # PARKED_FD's arg: | this when the process leads the socket

@@ -100,12 +100,15 @@ class _Asked:
     missing: set[Shim]
     done: asyncio.Future
     answered: set[Shim] = field(default_factory=set)  # (then_eof) its end to come
+    said: dict[int, int] = field(default_factory=dict)  # pid -> its answer's arg, if not 0
 
-    def take(self, shim: Shim, type_: int) -> bool:
+    def take(self, shim: Shim, type_: int, arg: int = 0) -> bool:
         """A record heard from shim: whether it was its answer (a stale
         record of another type is not: see owes_resume)."""
         if type_ != self.answer or shim not in self.missing or shim in self.answered:
             return False
+        if arg:
+            self.said[shim.pid] = arg
         if self.then_eof:
             self.answered.add(shim)
         else:
@@ -199,6 +202,9 @@ class ShimLink:
         self._on_change = on_change
         self._listener: socket.socket | None = None
         self._accepting: asyncio.Task | None = None
+        # a round's release address (listen(released=)), until the next
+        # round stops listening
+        self._released: tuple[socket.socket, asyncio.Task] | None = None
         self._changed = asyncio.Event()
         # a process that says hello while still suspended may be owed a
         # RESUME at once (the agent's machine decides)
@@ -240,24 +246,32 @@ class ShimLink:
         namespace themselves)."""
         return "@" + self.base
 
-    async def listen(self, listening=None) -> None:
+    async def listen(self, listening=None, released=None) -> None:
         """Accept the shims' connections, on a socket made here, or on
         listening (made before: early.py's before the tree started,
-        listener()'s as a dump ended)."""
+        listener()'s as a dump ended); and on released, a round's release
+        address (listener(token)), if given."""
         sock = socket.socket(fileno=listening.detach()) if listening is not None \
             else self.listener()
         sock.setblocking(False)
         self._listener = sock
         self._accepting = asyncio.create_task(self._accept(sock))
+        if released is not None:
+            extra = socket.socket(fileno=released.detach())
+            extra.setblocking(False)
+            self._released = (extra, asyncio.create_task(self._accept(extra)))
 
-    def listener(self) -> socket.socket:
+    def listener(self, token: int = 0) -> socket.socket:
         """The socket the shims connect to, bound and listening: what
         connects waits in its backlog until listen() takes it.  System
         calls only, so any thread may make it (the dump's, at CRIU's
-        post-dump)."""
+        post-dump).  token: at the release address of a round whose
+        CHECKPOINT carried it instead (hijack/include/agent_addr.h): a
+        process that connects there runs again at once."""
+        name = f"{self.name}~{token:08x}" if token else self.name
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
-            sock.bind("\0" + self.name)
+            sock.bind("\0" + name)
             sock.listen(1024)
         except OSError:
             sock.close()
@@ -277,6 +291,11 @@ class ShimLink:
         if self._listener is not None:
             self._listener.close()
             self._listener = None
+        if self._released is not None:  # (every process came back: see listen())
+            sock, task = self._released
+            task.cancel()
+            sock.close()
+            self._released = None
 
     def pids(self) -> list[int]:
         return sorted(s.pid for s in self.shims)
@@ -295,13 +314,14 @@ class ShimLink:
         they ended is heard (a parent tells of a killed child, then exits).
         The connections still in the backlog are taken, and each
         connection's first record is read."""
-        listener = self._listener
-        while listener is not None:
-            try:
-                sock, _ = listener.accept()
-            except OSError:  # BlockingIOError: none left
-                break
-            self._open(sock)
+        listeners = [self._listener, self._released[0] if self._released else None]
+        for listener in filter(None, listeners):
+            while True:
+                try:
+                    sock, _ = listener.accept()
+                except OSError:  # BlockingIOError: none left
+                    break
+                self._open(sock)
         if self._first_records:
             await asyncio.wait(set(self._first_records), timeout=timeout)
 
@@ -382,7 +402,13 @@ class ShimLink:
                     self._on_ckpt_request(pid)
                     return
                 if type_ == HELLO:
-                    self._remember_name(pid)
+                    # arg: 1 suspended (back from a dump or a restore),
+                    # HELLO_RELEASED back from a dump and running: both
+                    # in the round, neither to suspend; 0 running.  Back
+                    # from a dump, its name is as it was (not read again
+                    # while the program waits)
+                    if not (arg and pid in self._names):
+                        self._remember_name(pid)
                     self._remember_pid(own_pid, pid)
                     shim.own = own_pid
                     self.shims.add(shim)
@@ -400,7 +426,7 @@ class ShimLink:
                 else:
                     if type_ == SUSPENDED and arg:
                         log.warning("pid %d: %d threads would not stop", pid, arg)
-                    if shim.asked is None or not shim.asked.take(shim, type_):
+                    if shim.asked is None or not shim.asked.take(shim, type_, arg):
                         shim.replies.put_nowait((type_, arg))
         except (ConnectionError, OSError):
             pass
@@ -455,9 +481,11 @@ class ShimLink:
                 pass  # gone: its connection's end removes it
 
     async def request_all(self, request: int, answer: int, timeout: float,
-                          *, then_eof: bool = False, arg: int = 0) -> list[int]:
+                          *, then_eof: bool = False, arg: int = 0,
+                          said: dict[int, int] | None = None) -> list[int]:
         """Ask every connected shim; return the pids that did not answer.
-        A process that exits meanwhile is simply gone, not a failure."""
+        A process that exits meanwhile is simply gone, not a failure.
+        said: filled with the answers' args that are not 0, by pid."""
         # In pid order, every time: a round stops and releases the
         # processes in the same order, so that none waits for the whole
         # spread of both (the connections come back after a dump in any
@@ -487,6 +515,8 @@ class ShimLink:
                 shim.asked = None
             for task in sending:
                 task.cancel()
+            if said is not None:
+                said.update(asked.said)
         return sorted(s.pid for s in asked.missing if s in self.shims)
 
     @staticmethod
@@ -500,7 +530,7 @@ class ShimLink:
                 shim.replies.put_nowait(None)  # (for _ask's sake, it is still the end)
                 asked.settle(shim)
                 return
-            if asked.take(shim, got[0]) and not asked.then_eof:
+            if asked.take(shim, *got) and not asked.then_eof:
                 return
 
     @staticmethod
@@ -568,9 +598,14 @@ class ShimLink:
         return {s.pid: t.result() if t in done else "its shim does not answer TRACK"
                 for s, t in zip(shims, tasks)}
 
-    async def park_all(self, timeout: float) -> list[int]:
-        """CHECKPOINT: every shim answers READY and closes its connection."""
-        return await self.request_all(CHECKPOINT, READY, timeout, then_eof=True)
+    async def park_all(self, timeout: float, token: int = 0) -> tuple[list[int], list[int]]:
+        """CHECKPOINT: every shim answers READY and closes its connection.
+        token: the round's release address (listener(token)).  Returns the
+        pids that did not, and those that took message queues out."""
+        said: dict[int, int] = {}
+        stuck = await self.request_all(CHECKPOINT, READY, timeout, then_eof=True, arg=token,
+                                       said=said)
+        return stuck, sorted(said)
 
     async def wait_for(self, pids: set[int], timeout: float) -> set[int]:
         """Wait until every pid in pids has (re)connected; return the missing."""

@@ -344,12 +344,19 @@ class TreeWork:
         self.shims.stop_listening()
         # but may as soon as CRIU wrote every image (its post-dump, the
         # tree still frozen): the processes are back as CRIU lets them
-        # go, not a poll after the dump's end
+        # go, not a poll after the dump's end.  Where the round lets them
+        # go then (step.let_go), at the round's release address too
+        token = (int.from_bytes(os.urandom(4), "little") or 1) if step.let_go else 0
         early: list[socket.socket] = []
+        released: list[socket.socket] = []
+
+        queues: list[int] = []  # (their processes must all be back before any runs)
 
         def listen_early() -> None:
             try:
                 early.append(self.shims.listener())
+                if token and not queues:
+                    released.append(self.shims.listener(token))
             except OSError as exc:
                 log.debug("listening again at CRIU's post-dump failed: %s", exc)
         parked = frozenset(self.shims.pids())  # REFILLED waits for these, also on failure
@@ -358,7 +365,7 @@ class TreeWork:
         try:
             # the shims detach while the tree's files are read: each only
             # needs the tree stopped, and the program waits for both
-            parking = asyncio.ensure_future(self.shims.park_all(SHIM_TIMEOUT))
+            parking = asyncio.ensure_future(self.shims.park_all(SHIM_TIMEOUT, token))
             try:
                 pids = self.tree.pids()
                 facts = self._facts(step, pids, sorted(parked), own)
@@ -369,10 +376,12 @@ class TreeWork:
                     init_dir.clear_stale(self.tree.init_dir)
                 await loop.run_in_executor(None, ckpt.save_files, facts)
             finally:
-                stuck = await parking
+                stuck, queues[:] = await parking
                 ckpt.steps["park"] = time.monotonic()
             if stuck:
                 raise criu_driver.CriuError(f"processes {stuck} did not detach from the agent")
+            if token:  # (let go at the dump's end, a process may fail after it)
+                _no_failure_inside(pids)
             self.tree.hold_reaping = True
             session = await self._started_criu()
             track = self._tracks()
@@ -404,10 +413,10 @@ class TreeWork:
                 self.tree.hold_reaping = False
                 ticker.cancel()
             if early:  # the processes come back while the socket table is taken
-                await self.shims.listen(early.pop())
+                await self.shims.listen(early.pop(), released.pop() if released else None)
             if track:  # (the pages it protected are those of this generation's images)
                 self._tracked_since = step.generation
-            if not step.stop:  # (with --stop CRIU ends the tree itself, by SIGKILL)
+            if not step.stop and not token:  # (with --stop CRIU ends the tree itself)
                 _no_failure_inside(pids)
             # (the manifest is made as the image is published, the program running)
             dumped = await loop.run_in_executor(None, ckpt.take_sockets, self.net.table)
@@ -431,9 +440,12 @@ class TreeWork:
             raise
         finally:
             # a failed dump leaves the tree running, stopping or not: its
-            # processes come back
+            # processes come back (also those already at the release address)
             if not gone and not self.shims.listening:
-                await self.shims.listen(early.pop() if early else None)
+                await self.shims.listen(early.pop() if early else None,
+                                        released.pop() if released else None)
+            for sock in early + released:  # (a tree that ended with its dump)
+                sock.close()
         duration = time.monotonic() - started
         log.info("generation %d: dumped %d bytes in %.3f s", step.generation,
                  dumped, duration)
@@ -443,6 +455,7 @@ class TreeWork:
         image = messages.ImageInfo(path=str(ckpt.final), host=hostname(), tree_id=cfg.tree_id,
                                    program=cfg.program, bytes=dumped,
                                    duration=duration, processes=len(parked))
+        await fault_injection.hold(State.CHECKPOINTED)
         return WorkResult(image=image, pending=None if moving else ckpt, parked=parked)
 
     def _dump_log(self) -> Path:
@@ -575,6 +588,7 @@ class TreeWork:
         await self._processes_back(step)
         try:
             await self.net.refill_and_unpark(SHIM_TIMEOUT, step.failed_conns)
+            await fault_injection.hold(State.REFILLED)
             return WorkResult()
         except Exception as exc:
             log.exception("refill failed")
@@ -583,6 +597,7 @@ class TreeWork:
     async def _resume(self, step: Step) -> WorkResult:
         if step.bring_back:  # (a socketless round: no REFILL, nothing parked)
             await self._processes_back(step)
+            await fault_injection.hold(State.REFILLED)  # (where REFILL would end)
         await self.shims.request_all(records.RESUME, records.RESUMED, SHIM_TIMEOUT,
                                      arg=step.resume_arg)
         await self._unused_criu()

@@ -20,6 +20,7 @@
 
 #include <fcntl.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -77,6 +78,29 @@ static inline int dmtcp_agent_addr(const char *env_value, struct sockaddr_un *ad
     }
     *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)abstract + n + extra
                        + (abstract ? 0 : 1));
+    return 0;
+}
+
+/* The address the agent listens at for one round's processes coming back
+ * from its dump (DMTCP_REC_CHECKPOINT's arg, token): the agent's address
+ * and "~" and the token in 8 hex digits; 0, or -1 when there is no room
+ * or the address is not abstract (the agent listens only there). */
+static inline int dmtcp_agent_release_addr(const char *env_value, uint32_t token,
+                                           struct sockaddr_un *addr, socklen_t *len)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t at;
+
+    if (env_value == NULL || env_value[0] != '@'
+        || dmtcp_agent_addr(env_value, addr, len) < 0)
+        return -1;
+    at = *len - offsetof(struct sockaddr_un, sun_path);
+    if (at + 9 > sizeof(addr->sun_path))
+        return -1;
+    addr->sun_path[at++] = '~';
+    for (int shift = 28; shift >= 0; shift -= 4)
+        addr->sun_path[at++] = hex[(token >> shift) & 0xf];
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + at);
     return 0;
 }
 

@@ -20,7 +20,16 @@
  *                             socket, answers ELECTED
  *   agent -> CHECKPOINT       shim answers READY, closes, and keeps trying
  *                             to reconnect (CRIU must see no fd that leads
- *                             outside the tree while it dumps)
+ *                             outside the tree while it dumps); arg: 0, or
+ *                             a token: the agent listens at the address
+ *                             agent_addr.h makes of it once the dump is
+ *                             written, and a process that reaches it runs
+ *                             again at once (HELLO_RELEASED).  READY's arg:
+ *                             the message queue fds the process took out
+ *                             of CRIU's sight (hijack/src/mqueue.c): they
+ *                             come back from several processes, and none
+ *                             may run before all did, so then the agent
+ *                             does not listen at the token's address
  *   agent -> PARK (+ payload) arg: how many int32 fd numbers follow; the
  *                             shim hands each of those sockets over with a
  *                             PARKED_FD record carrying it (SCM_RIGHTS; arg:
@@ -88,7 +97,10 @@
  * connection's sender by SO_PEERCRED, in its own namespace.
  *
  * HELLO's arg is 1 when the process is still suspended (it reconnects after
- * a dump or a restore): the agent then owes it a RESUME.
+ * a dump or a restore): the agent then owes it a RESUME.  It is
+ * DMTCP_HELLO_RELEASED when the process came back at the address of its
+ * CHECKPOINT's token and let its threads go: it is in the round still (no
+ * SUSPEND for it), and takes the round's RESUME for its hooks.
  *
  * The Python side mirrors these constants and this layout in
  * dmtcp_py/agent/records.py; tests/unit/test_records.py compiles this header
@@ -154,6 +166,9 @@ enum dmtcp_record_type {
 #define DMTCP_FAILURE_SIGNALS                                                     \
     ((1ull << SIGKILL) | (1ull << SIGSEGV) | (1ull << SIGBUS) | (1ull << SIGABRT) \
      | (1ull << SIGILL) | (1ull << SIGFPE) | (1ull << SIGSYS))
+
+/* HELLO's arg: back from the dump and already running (see above) */
+#define DMTCP_HELLO_RELEASED 2
 
 /* RESUME's arg: the generation in the low 32 bits, then this flag */
 #define DMTCP_RESUME_RESTORED (1ull << 32)

@@ -30,6 +30,7 @@
 /* channel.c: the link to the agent, raw system calls only. */
 int channel_set_address(const char *env_value);
 int channel_connect(void);
+int channel_connect_release(uint32_t token);
 int channel_socket(void);
 int channel_connect_fd(int fd);
 int channel_send(int fd, uint16_t type, uint64_t arg);
@@ -47,6 +48,7 @@ void channel_set_agent_fd(int fd);  /* the checkpoint thread, as it (dis)connect
 
 /* pause.c */
 void pause_ms(long ms); /* a sleep that a dump or restore does not cut short */
+void nap_ms(long ms);   /* a sleep that anything cuts short, a dump included */
 
 /* real.c: the only dlsym(RTLD_NEXT) cache; resolved on first use. */
 #include <pthread.h>
@@ -141,7 +143,7 @@ long retry_ts(const struct timespec *timeout, ts_call call, void *ctx, void (*ag
 
 /* mqueue.c: POSIX message queues out of CRIU's sight for the dump, and
  * back (see there).  Checkpoint thread, program suspended. */
-void mqueue_detach(void);   /* CHECKPOINT, before READY */
+int mqueue_detach(void);    /* CHECKPOINT, before READY: the fds taken out */
 void mqueue_reattach(void); /* reconnected after the dump or the restore */
 void mqueue_resume(void);   /* every queue is back: notifications, unlinks */
 #include <mqueue.h>

@@ -99,6 +99,24 @@ int channel_connect(void)
     return channel_connect_fd(channel_socket());
 }
 
+/* Connect to the agent's address for a round's early release
+ * (dmtcp_agent_release_addr); the fd, or -1 when nobody listens there. */
+int channel_connect_release(uint32_t token)
+{
+    struct sockaddr_un addr;
+    socklen_t len;
+    int fd;
+
+    if (dmtcp_agent_release_addr(agent_env, token, &addr, &len) < 0)
+        return -1;
+    fd = channel_socket();
+    if (fd >= 0 && syscall(SYS_connect, fd, &addr, len) < 0) {
+        syscall(SYS_close, fd);
+        fd = -1;
+    }
+    return fd;
+}
+
 static int write_all(int fd, const void *buf, size_t len)
 {
     const char *p = buf;

@@ -52,6 +52,20 @@ static pthread_mutex_t conn_lock SHIM_HOT_DATA = PTHREAD_MUTEX_INITIALIZER;
 static volatile int die_with_agent;
 static int agent_lost;
 
+/*
+ * CHECKPOINT's arg: nonzero when the agent lets this process run again as
+ * soon as CRIU has let it go, without waiting for the round's RESUME (a
+ * tree alone in its round, with no socket to give back: nobody to wait
+ * for, nothing to refill).  Its agent then listens, from the dump's end,
+ * at an address of that round's own (dmtcp_agent_release_addr): reaching
+ * it proves that this is the same process after the same dump.  A
+ * restored process has the token in its memory too, but its new agent
+ * never listens there: it connects as usual and waits for the release.
+ * released_early: this connection was made there (say_hello releases).
+ */
+static uint32_t release_token;
+static int released_early;
+
 static void end_orphaned_process(void)
 {
     kill(getpid(), SIGKILL);
@@ -104,11 +118,15 @@ static int connect_with_backoff(int give_up)
         if (first_fd >= 0) {
             fd = channel_connect_fd(first_fd);
             first_fd = -1;
+        } else if (release_token != 0 && (fd = channel_connect_release(release_token)) >= 0) {
+            released_early = 1;
         } else {
             fd = channel_connect();
         }
-        if (fd >= 0)
+        if (fd >= 0) {
+            release_token = 0; /* (spent: the next dump brings its own) */
             channel_set_agent_fd(fd);
+        }
         pthread_mutex_unlock(&conn_lock);
         if (fd >= 0) {
             agent_lost = 0;
@@ -116,7 +134,7 @@ static int connect_with_backoff(int give_up)
         }
         long before = monotonic_ms(), slept;
 
-        pause_ms(step);
+        nap_ms(step); /* (back from a dump: at once) */
         slept = monotonic_ms() - before;
         waited += step;
         /* (a clock gone back: restored on another host or boot) */
@@ -177,18 +195,24 @@ static enum outcome obey(int fd, const struct dmtcp_record *rec, int passed)
         return GO_ON;
     case DMTCP_REC_UNPARK:
         return channel_send(fd, DMTCP_REC_UNPARKED, (uint64_t)park_finish()) < 0 ? LOST : GO_ON;
-    case DMTCP_REC_CHECKPOINT:
+    case DMTCP_REC_CHECKPOINT: {
+        int queues;
+
         /* stay suspended: the agent dumps us, then we come back */
-        mqueue_detach(); /* CRIU cannot dump a POSIX message queue */
+        release_token = (uint32_t)rec->arg;
+        released_early = 0;
+        queues = mqueue_detach(); /* CRIU cannot dump a POSIX message queue */
         inotify_keep_queued(); /* nor the events queued on an inotify instance */
-        channel_send(fd, DMTCP_REC_READY, 0);
+        channel_send(fd, DMTCP_REC_READY, (uint64_t)queues);
         pthread_mutex_lock(&conn_lock);
         channel_set_agent_fd(-1);
         channel_close(fd);
         pthread_mutex_unlock(&conn_lock);
         return DETACHED;
+    }
     case DMTCP_REC_RESUME:
-        release_threads();
+        if (suspend_active()) /* (not if released at the dump's end) */
+            release_threads();
         if (channel_send(fd, DMTCP_REC_RESUMED, 0) < 0)
             return LOST;
         api_after_resume(rec->arg); /* hooks run with the threads going */
@@ -220,6 +244,13 @@ static int say_hello(int fd)
 {
     if (suspend_active())
         mqueue_reattach();
+    if (released_early) {
+        released_early = 0;
+        if (suspend_active()) {
+            release_threads(); /* the round's RESUME still comes, for the hooks */
+            return channel_send(fd, DMTCP_REC_HELLO, DMTCP_HELLO_RELEASED);
+        }
+    }
     return channel_send(fd, DMTCP_REC_HELLO, (uint64_t)suspend_active());
 }
 

@@ -375,7 +375,7 @@ static void empty_queue(struct mq_queue *q, int fd)
     syscall(SYS_close, own); /* and its lock */
 }
 
-void mqueue_detach(void)
+int mqueue_detach(void)
 {
     int null;
 
@@ -383,7 +383,7 @@ void mqueue_detach(void)
     detached = reattached = 0;
     procdir_each("/proc/self/fd", note_fd, NULL);
     if (n_fds == 0)
-        return;
+        return 0;
     n_watches = epoll_watches_take(is_noted, watches, MQ_MAX_WATCHES);
     for (int i = 0; i < n_queues; i++)
         empty_queue(&queues[i], fd_of(i));
@@ -399,6 +399,7 @@ void mqueue_detach(void)
     if (null >= 0)
         syscall(SYS_close, null);
     detached = 1;
+    return n_fds;
 }
 
 /* ---- back ---- */

@@ -20,3 +20,18 @@ void pause_ms(long ms)
     while (syscall(SYS_nanosleep, &ts, &ts) < 0)
         ;
 }
+
+/*
+ * One sleep, over at the first interruption.  A CRIU dump interrupts it:
+ * its parasite ends with a sigreturn, which drops the kernel's restart of
+ * the sleep, so the sleep fails with EINTR once CRIU lets the thread go.
+ * pause_ms would then sleep the rest of it (measured: the processes of a
+ * 32-process tree connected back to the agent 5-7 ms after the dump, with
+ * the program still stopped); the reconnect loop wants to try at once.
+ */
+void nap_ms(long ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+    syscall(SYS_nanosleep, &ts, NULL);
+}

@@ -95,8 +95,10 @@ def last_tick(path: Path) -> int:
 def agent_log(comp: Computation) -> str:
     """The log of the agent of comp's one tree ('' before it has one)."""
     from dmtcp_py.paths import run_dir
-    [tree] = json.loads(comp.command("-l", "--json").stdout)["trees"]
-    path = run_dir() / f"agent-{tree['tree_id']}.log"
+    trees = json.loads(comp.command("-l", "--json").stdout)["trees"]
+    if len(trees) != 1:  # (none yet: a restart's agent joins after CRIU)
+        return ""
+    path = run_dir() / f"agent-{trees[0]['tree_id']}.log"
     return path.read_text() if path.exists() else ""
 
 
@@ -164,10 +166,10 @@ class Computation:
         return res.returncode == 0 and any(t["agent_pid"] == pid
                                            for t in json.loads(res.stdout).get("trees", []))
 
-    def restart(self) -> tuple[subprocess.Popen, Path]:
+    def restart(self, env: dict | None = None) -> tuple[subprocess.Popen, Path]:
         """Run the generated restart script, as a user would."""
         return self._start("restart", [str(self.ckptdir / "dmtcp_restart_script.sh"),
-                                       "--coord-port", str(self.port)])
+                                       "--coord-port", str(self.port)], env=env)
 
     def command(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         res = subprocess.run([tool("dmtcp-command"), "-p", str(self.port), *args],

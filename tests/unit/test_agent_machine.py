@@ -141,6 +141,28 @@ def test_a_tree_without_sockets_says_so_and_accepts_a_round_that_skips_their_bar
     assert m.state is State.RUNNING and m.running
 
 
+@pytest.mark.parametrize("fields, lets_go", [
+    ({}, True),                                  # alone, socketless, goes on
+    ({"num_trees": 2}, False),                   # another tree's dump may still be under way
+    ({"stop": True}, False),                     # the tree ends with its dump
+    ({"move": messages.Move.GO}, False),         # its image is restored elsewhere at once
+])
+def test_a_dump_lets_the_processes_go_only_when_nothing_waits_for_them(fields, lets_go):
+    m = fresh()
+    m.work_done(step_of(m.on_message(barrier(State.SUSPENDED))), WorkResult(sockets=False))
+    dump = step_of(m.on_message(barrier(State.CHECKPOINTED, **fields)))
+    assert dump.work is Work.DUMP and dump.let_go is lets_go
+
+
+def test_a_tree_with_sockets_is_never_let_go_at_its_dump():
+    m = fresh()
+    m.work_done(step_of(m.on_message(barrier(State.SUSPENDED))), WorkResult(sockets=True))
+    for state in ROUND[1:4]:
+        step = step_of(m.on_message(barrier(state)))
+        assert not step.let_go
+        m.work_done(step, WorkResult())
+
+
 @pytest.mark.parametrize("result", [WorkResult(), WorkResult(error="stuck", sockets=False)])
 def test_a_tree_with_sockets_or_a_failed_suspend_keeps_every_barrier(result):
     m = fresh()
@@ -628,6 +650,18 @@ class Computation:
         return WorkResult(image=image, pending=f"images-{i}", parked=frozenset({i * 10}))
 
 
+def test_a_tree_alone_without_sockets_runs_again_at_its_dump_through_the_coordinator():
+    comp = Computation(1, with_sockets=set())
+    comp.carry(comp.coord.request_checkpoint(1, 0.0, blocking=True))
+    [steps] = comp.steps.values()
+    assert [(s.work, s.let_go) for s in steps] == [
+        (Work.SUSPEND, False), (Work.DUMP, True), (Work.RESUME, False)]
+    comp.with_sockets = {1}
+    steps.clear()
+    comp.carry(comp.coord.request_checkpoint(1, 0.0, blocking=True))
+    assert not any(s.let_go for s in steps) and len(steps) == len(ORDER)
+
+
 def test_two_hundred_agents_checkpoint_and_publish():
     comp = Computation(200)
     comp.carry(comp.coord.request_checkpoint(1, 0.0, blocking=True))
@@ -644,6 +678,8 @@ def test_a_round_where_no_tree_has_sockets_skips_election_drain_and_refill():
         assert [s.work for s in steps] == [Work.SUSPEND, Work.DUMP, Work.RESUME]
         # no REFILL waited for the processes the dump detached: the release does
         assert steps[-1].bring_back and steps[-1].expect_pids == frozenset({i * 10})
+        # (five trees: each waits for the others' dumps)
+        assert not steps[1].let_go
     assert len(comp.completed) == 1 and comp.replies[-1].ok is True
     assert set(comp.verdicts.values()) == {Publish} and len(comp.verdicts) == 5
     assert all(a.state is State.RUNNING and a.running for a in comp.agents.values())
