@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from dmtcp_py import procfs
+from dmtcp_py.images import procmap_query
 
 DELETED = " (deleted)"  # what /proc adds to the name of a removed file
 
@@ -96,11 +97,17 @@ def _pid_mappings(pid: int) -> list[Mapping]:
     tables (~5 ms per 500 MiB resident here, ~0.7 ms for an idle Python)
     while the program is stopped, and glibc maps gconv-modules.cache
     read-only and shared into every process that converts a character set
-    (every Python)."""
-    text = procfs.read(f"/proc/{pid}/maps")
-    if text is None:
-        return []
-    found = parse_maps(text)
+    (every Python).  The mappings come from PROCMAP_QUERY where the kernel
+    has it (procmap_query), else from the text of maps."""
+    queried = procmap_query.shared_file_mappings(pid)
+    if queried is not None:
+        found = [Mapping(q.path, q.dev, q.ino, q.writable, f"{q.start:x}-{q.end:x}")
+                 for q in queried]
+    else:
+        text = procfs.read(f"/proc/{pid}/maps")
+        if text is None:
+            return []
+        found = parse_maps(text)
     for i, m in enumerate(found):
         if not m.may_write:
             told = _opened_for_writing(pid, m.where)

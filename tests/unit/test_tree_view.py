@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from dmtcp_py import procfs
+from dmtcp_py.images import procmap_query, temp_files, written_files
 from dmtcp_py.images import tree_view as tv
-from dmtcp_py.images import temp_files, written_files
 from tests.conftest import ready_python
 from tests.unit.test_shared_files import SMAPS  # one sample of smaps for both
 
@@ -200,3 +201,24 @@ def test_a_view_of_a_live_process(tmp_path, child, monkeypatch, told_by):
     saved = temp_files.save(view, image, set())
     assert [f["path"] for f in saved["fifos"]] == [str(tmp_path / "fifo")]
     assert str(tmp_path / "log") in [f["path"] for f in saved["files"]]
+
+
+# ---- the kernel's query (PROCMAP_QUERY) against the text of maps ------------------------
+
+def test_the_kernel_s_query_and_the_text_of_maps_agree(child):
+    queried = procmap_query.shared_file_mappings(child)
+    assert queried is not None  # (Linux 6.11 and later: this project's machines run 6.18)
+    text = tv.parse_maps(procfs.read(f"/proc/{child}/maps"))
+    assert len(queried) >= 5  # the child's four files and glibc's gconv cache
+    assert [(q.path, q.dev, q.ino, q.writable, q.start, q.end) for q in queried] == [
+        (m.path, m.dev, m.ino, m.may_write, *(int(a, 16) for a in m.where.split("-")))
+        for m in text]
+    assert procmap_query.shared_file_mappings(999_999_999) == []  # gone: nothing
+
+
+def test_a_kernel_without_the_query_gives_the_same_view(child, monkeypatch):
+    def mappings() -> list[tv.Mapping]:  # (maps pads low addresses with zeros)
+        return [m._replace(where="") for m in tv.TreeView.read([child]).mappings]
+    queried = mappings()
+    monkeypatch.setattr(procmap_query, "shared_file_mappings", lambda pid: None)
+    assert mappings() == queried and len(queried) >= 5
