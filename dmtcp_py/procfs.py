@@ -39,6 +39,17 @@ def fds(pids: list[int]) -> Iterator[tuple[int, str]]:
             yield pid, name
 
 
+def socket_inode(target: str) -> int | None:
+    """The inode of a socket, from what its fd links to ("socket:[5]" ->
+    5); None for anything else."""
+    if target.startswith("socket:[") and target.endswith("]"):
+        try:
+            return int(target[8:-1])
+        except ValueError:
+            return None
+    return None
+
+
 def ns_pid(pid: int) -> int | None:
     """The id of process pid in its own PID namespace (the last field of
     NSpid in its status; pid itself when it runs in /proc's), or None when

@@ -18,7 +18,7 @@ import ipaddress
 import os
 import socket
 from functools import lru_cache
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, NamedTuple
 
 from dmtcp_py import procfs
 from dmtcp_py.agent import sockdiag
@@ -66,8 +66,9 @@ def _fd_links(pids: list[int]) -> Iterator[tuple[int, int, str]]:
 def _sockets_of(links: Iterable[tuple[int, int, str]]) -> dict[int, dict[int, int]]:
     out: dict[int, dict[int, int]] = {}
     for pid, fd, link in links:
-        if link.startswith("socket:[") and link.endswith("]"):
-            out.setdefault(pid, {})[fd] = int(link[8:-1])
+        ino = procfs.socket_inode(link)
+        if ino is not None:
+            out.setdefault(pid, {})[fd] = ino
     return out
 
 
@@ -95,13 +96,26 @@ def to_park(pids: list[int]) -> dict[int, list[int]]:
     return _leaving(tree_sockets(pids))
 
 
-def to_hand_over(pids: list[int]) -> tuple[dict[int, list[int]], bool]:
+class HandOver(NamedTuple):
+    """What a suspended tree's fds say, from one read of them."""
+    to_park: dict[int, list[int]]   # to_park of them
+    inotify: bool                   # a process holds an inotify instance
+    links: dict[int, list[tuple[int, str]]]  # pid -> (fd, what it links to)
+
+
+def to_hand_over(pids: list[int]) -> HandOver:
     """to_park(pids), and whether a process of pids holds an inotify
     instance (the reader of one that several processes share is elected
     with the sockets, and only it keeps the events queued at a checkpoint:
-    hijack/src/inotify.c), from one read of their fds."""
-    links = list(_fd_links(pids))
-    return _leaving(_sockets_of(links)), any(link == INOTIFY_LINK for _, _, link in links)
+    hijack/src/inotify.c), from one read of their fds, which the dump's
+    look at the tree's files may take again (TreeView.read's links) if
+    nothing is parked."""
+    found = list(_fd_links(pids))
+    links: dict[int, list[tuple[int, str]]] = {}
+    for pid, fd, link in found:
+        links.setdefault(pid, []).append((fd, link))
+    return HandOver(_leaving(_sockets_of(found)), any(link == INOTIFY_LINK for _, _, link in found),
+                    links)
 
 
 def _leaving(found: dict[int, dict[int, int]]) -> dict[int, list[int]]:

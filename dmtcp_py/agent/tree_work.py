@@ -14,7 +14,7 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from dmtcp_py import fault_injection, logs, procfs
 from dmtcp_py.agent import criu_driver, fdtable, init_dir, records, stdio, sysv, tracking, wake
@@ -68,6 +68,13 @@ def _checkpoint():
     return checkpoint
 
 
+class _Stopped(NamedTuple):
+    """The tree as its suspend found it, for the dump to take instead of
+    reading /proc again while the program waits."""
+    pids: list[int]                                     # Tree.pids
+    links: dict[int, list[tuple[int, str]]] | None      # fdtable.HandOver's, if unchanged
+
+
 class TreeWork:
     def __init__(self, cfg: AgentConfig, *, shims: ShimLink, net: Network, tree: Tree,
                  send: Callable[[messages.Message], None],
@@ -83,6 +90,8 @@ class TreeWork:
         self._criu: asyncio.Future | None = None
         # the sockets to park (fdtable.to_park), found once the tree stopped
         self._to_park: dict[int, list[int]] | None = None
+        # the tree as the suspend left it, if it cannot change before the dump
+        self._stopped: _Stopped | None = None
         # generation -> the previous generations its publication moved
         # aside, until its round is over (settle_expired)
         self._expired: dict[int, list[Path]] = {}
@@ -213,10 +222,12 @@ class TreeWork:
     # the shim's reserved signal, the agent's wake-up (wake.py)
     _signum = wake.reserved_signal()
 
-    def unconnected(self) -> list[int]:
-        """The tree's processes whose shim has not connected (yet)."""
+    def unconnected(self, pids: list[int] | None = None) -> list[int]:
+        """The tree's processes whose shim has not connected (yet); pids:
+        the tree's, if walked just now."""
         connected = set(self.shims.pids())
-        return [pid for pid in self.tree.pids() if pid not in connected]
+        return [pid for pid in (self.tree.pids() if pids is None else pids)
+                if pid not in connected]
 
     def members(self) -> list[int]:
         """The tree's processes that run the shim, connected or not."""
@@ -224,10 +235,12 @@ class TreeWork:
         return sorted(connected | {p for p in self.unconnected()
                                    if wake.handles(p, self._signum)})
 
-    def _left_out(self, exec_deadline: float) -> tuple[list[int], list[int]]:
+    def _left_out(self, exec_deadline: float,
+                  pids: list[int] | None = None) -> tuple[list[int], list[int]]:
         """The unconnected processes that run the shim, and (until
-        exec_deadline) those in their exec."""
-        unconnected = self.unconnected()
+        exec_deadline) those in their exec; pids: the tree's, if walked
+        just now."""
+        unconnected = self.unconnected(pids)
         running = [p for p in unconnected if wake.handles(p, self._signum)]
         execing = ([p for p in unconnected if wake.in_exec(p, self._signum)]
                    if asyncio.get_running_loop().time() < exec_deadline else [])
@@ -260,25 +273,37 @@ class TreeWork:
         by then, so the passes end)."""
         loop = asyncio.get_running_loop()
         exec_deadline = loop.time() + EXEC_GRACE
-        self._to_park = None
+        self._to_park = self._stopped = None
         if self._criu is None:  # while the tree stops (a staying tree's goes unused)
             self._criu = loop.run_in_executor(None, criu_driver.begin_dump, self._dump_log(),
                                               self._tracks())
+        walked: list[int] = []
         for _ in range(SUSPEND_PASSES):
             await self.bring_in(exec_deadline=exec_deadline)
             stuck = await self.shims.request_all(records.SUSPEND, records.SUSPENDED, SHIM_TIMEOUT)
-            if stuck or self._left_out(exec_deadline) == ([], []):
+            if stuck:
+                break
+            walked = self.tree.pids()
+            if self._left_out(exec_deadline, walked) == ([], []):
                 break
         elect = True
         if not stuck:  # (stopped: their fds stay as they are until the drain parks them)
             # without sockets to park or an inotify instance whose reader
             # is elected, the round may skip the election, the drain and
             # the refill
-            self._to_park, inotify = await loop.run_in_executor(
-                None, fdtable.to_hand_over, self.shims.pids())
+            shim_pids = self.shims.pids()
+            scan = await loop.run_in_executor(None, fdtable.to_hand_over, shim_pids)
+            self._to_park = scan.to_park
             # (a test that holds the agents in DRAINED needs the round to have one)
-            elect = bool(self._to_park) or inotify or self.net.holds_sockets() \
+            elect = bool(scan.to_park) or scan.inotify or self.net.holds_sockets() \
                 or fault_injection.hold_seconds(State.DRAINED) > 0
+            # every process but the root (which forks once, the program)
+            # stopped by its shim: none can fork, exec or end before the
+            # dump but by a kill, so the dump takes this walk, and where
+            # nothing is to be parked these fds, instead of reading /proc
+            # again while the program waits
+            if shim_pids and set(walked) - {self.tree.root_pid} <= set(shim_pids):
+                self._stopped = _Stopped(walked, None if elect else scan.links)
             if self._tracks():
                 await self._track()
         await fault_injection.hold(State.SUSPENDED)
@@ -366,15 +391,17 @@ class TreeWork:
             # the shims detach while the tree's files are read: each only
             # needs the tree stopped, and the program waits for both
             parking = asyncio.ensure_future(self.shims.park_all(SHIM_TIMEOUT, token))
+            stopped, self._stopped = self._stopped, None
             try:
-                pids = self.tree.pids()
+                pids = stopped.pids if stopped is not None else self.tree.pids()
                 facts = self._facts(step, pids, sorted(parked), own)
                 refusal = sysv.shared_memory_refusal(self.tree.root_pid, set(facts.pids))
                 if refusal:  # (CRIU's own words for it are cryptic)
                     raise criu_driver.CriuError(refusal)
                 if self.tree.init_dir is not None:
                     init_dir.clear_stale(self.tree.init_dir)
-                await loop.run_in_executor(None, ckpt.save_files, facts)
+                await loop.run_in_executor(None, ckpt.save_files, facts,
+                                           stopped.links if stopped is not None else None)
             finally:
                 stuck, queues[:] = await parking
                 ckpt.steps["park"] = time.monotonic()

@@ -150,13 +150,15 @@ class Checkpoint:
         """Bytes written so far (while CRIU dumps)."""
         return store.directory_bytes(self.partial)
 
-    def save_files(self, facts: TreeFacts) -> None:
+    def save_files(self, facts: TreeFacts,
+                   links: dict[int, list[tuple[int, str]]] | None = None) -> None:
         """The files CRIU leaves out, saved into the partial directory
         before the dump.  The program's threads are stopped until after
-        it: the mapped files are as the dumped memory sees them."""
+        it: the mapped files are as the dumped memory sees them.  links:
+        the fds of processes read since they stopped (TreeView.read)."""
         partial = self.partial
         # /proc once: each process's maps and fds, for all that follows
-        view = tree_view.TreeView.read(facts.pids)
+        view = tree_view.TreeView.read(facts.pids, links)
         shared = shared_files.save(tree_view.mapped_files(view), partial)
         handed_over = {d["path"] for d in facts.stdio.values()}
         kept = handed_over | {s["path"] for s in shared}

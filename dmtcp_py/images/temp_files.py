@@ -18,7 +18,7 @@ import os
 import stat
 from pathlib import Path
 
-from dmtcp_py import deferred_log
+from dmtcp_py import deferred_log, procfs
 from dmtcp_py.images import scratch, shared_files
 
 TYPE_CHECKING = False  # (not typing's: ~4 ms of import before a restart's CRIU)
@@ -30,8 +30,8 @@ log = deferred_log.logger("images.temp")
 MAX_FILE = 256 << 20  # larger scratch files are not copied (the log says so)
 
 
-def _tree_fds(view: TreeView):
-    """(path, st) of every fd of the tree that /proc could tell both of."""
+def _tree_paths(view: TreeView):
+    """(path, st) of every fd of the tree that is a path /proc could stat."""
     for f in view.fds:
         if f.target is not None and f.st is not None:
             yield f.target, f.st
@@ -69,11 +69,10 @@ def save(view: TreeView, image_dir: Path, skip: set[str]) -> dict:
     entry: {"dirs": [...], "files": [...]}."""
     files: dict[str, os.stat_result] = {}
     fifos: dict[str, dict] = {}
-    sockets: set[int] = set()
-    for target, st in _tree_fds(view):
-        if target.startswith("socket:["):
-            sockets.add(st.st_ino)
-        elif stat.S_ISFIFO(st.st_mode) and target.startswith("/") and scratch.is_scratch(target):
+    sockets = {ino for f in view.fds if f.target is not None
+               and (ino := procfs.socket_inode(f.target)) is not None}
+    for target, st in _tree_paths(view):
+        if stat.S_ISFIFO(st.st_mode) and target.startswith("/") and scratch.is_scratch(target):
             fifos[target] = {"path": target, "mode": st.st_mode & 0o7777, "uid": st.st_uid,
                              "gid": st.st_gid}
         elif stat.S_ISREG(st.st_mode) and target.startswith("/") and target not in skip \

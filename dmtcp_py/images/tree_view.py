@@ -140,7 +140,8 @@ class OpenFd(NamedTuple):
     pid: int
     fd: str                       # as /proc names it
     target: str | None            # readlink /proc/PID/fd/N ("socket:[5]", a path...)
-    st: os.stat_result | None     # stat through it (the file, not the link)
+    st: os.stat_result | None     # stat through it (the file, not the link); only
+                                  # for a path: a socket's inode is in its target
     flags: int | None             # fdinfo's flags; read only for a regular file
 
 
@@ -155,20 +156,26 @@ def _fdinfo_flags(pid: int, fd: str) -> int | None:
         return None
 
 
-def _open_fd(pid: int, fd: str) -> OpenFd:
+def _open_fd(pid: int, fd: str, target: str | None = None) -> OpenFd:
+    """target: what the fd links to, if read already (while the process
+    was stopped, as now)."""
     path = f"/proc/{pid}/fd/{fd}"
-    try:
-        target = os.readlink(path)
-    except OSError:
-        target = None
+    if target is None:
+        try:
+            target = os.readlink(path)
+        except OSError:
+            return OpenFd(pid, fd, None, None, None)
+    # only a path needs its stat: a pipe's, a socket's or an anon inode's
+    # is never asked for.  Only a regular file can be a written file or
+    # the writer of a mapped one: sockets, pipes, devices and anon inodes
+    # need no fdinfo
+    if not target.startswith("/"):
+        return OpenFd(pid, fd, target, None, None)
     try:
         st = os.stat(path)
     except OSError:
         st = None
-    # only a regular file can be a written file or the writer of a mapped
-    # one: sockets, pipes, devices and anon inodes need no fdinfo
-    flags = _fdinfo_flags(pid, fd) if target is not None and target.startswith("/") \
-        and st is not None and stat.S_ISREG(st.st_mode) else None
+    flags = _fdinfo_flags(pid, fd) if st is not None and stat.S_ISREG(st.st_mode) else None
     return OpenFd(pid, fd, target, st, flags)
 
 
@@ -186,10 +193,18 @@ class TreeView:
         self._live: dict[tuple, str | None] = {}
 
     @classmethod
-    def read(cls, pids: Iterable[int]) -> TreeView:
+    def read(cls, pids: Iterable[int],
+             links: dict[int, list[tuple[int, str]]] | None = None) -> TreeView:
+        """links: pid -> (fd, target) of every open fd, for the processes
+        whose fds were read already while the tree was stopped and have
+        not changed since (nothing parked): not listed and read again."""
         pids = list(pids)
+        links = links or {}
         mappings = [m for pid in pids for m in _pid_mappings(pid)]
-        return cls(mappings, [_open_fd(pid, fd) for pid, fd in procfs.fds(pids)])
+        fds = [_open_fd(pid, str(fd), target) for pid in pids if pid in links
+               for fd, target in links[pid]]
+        fds += [_open_fd(pid, fd) for pid, fd in procfs.fds([p for p in pids if p not in links])]
+        return cls(mappings, fds)
 
     def live_name(self, m: Mapping) -> str | None:
         """_live_name of a mapping through a removed name, asked once per

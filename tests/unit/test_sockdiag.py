@@ -175,8 +175,11 @@ def test_an_inotify_instance_is_found_among_a_trees_fds(closing, tree_procs):
         os.close(fd)
     tree_procs += [watcher, plain]
     # (the socketpair's two ends are both in the tree: nothing leaves it)
-    assert fdtable.to_hand_over([plain.pid, watcher.pid]) == ({}, True)
-    assert fdtable.to_hand_over([plain.pid]) == ({}, False)
+    both = fdtable.to_hand_over([plain.pid, watcher.pid])
+    assert (both.to_park, both.inotify) == ({}, True)
+    assert (fdtable.to_hand_over([plain.pid]).inotify, both.links.keys()) \
+        == (False, {plain.pid, watcher.pid})
+    assert fdtable.INOTIFY_LINK in {link for _, link in both.links[watcher.pid]}
 
 
 def test_traffic_dumps_no_tcp_table_for_unix_only_trees(closing, tree_procs, monkeypatch):

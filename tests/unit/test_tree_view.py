@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from dmtcp_py import procfs
+from dmtcp_py.agent import fdtable
 from dmtcp_py.images import procmap_query, temp_files, written_files
 from dmtcp_py.images import tree_view as tv
 from tests.conftest import ready_python
@@ -150,6 +151,10 @@ CHILD = textwrap.dedent("""
     os.mkfifo(path("fifo"))
     fifo = os.open(path("fifo"), os.O_RDWR)
     r, w = os.pipe()
+    import socket
+    os.mkdir(path("run"))
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path("run/sock"))
     print("ready", flush=True)
     sys.stdin.read()
 """)
@@ -177,8 +182,9 @@ def test_a_view_of_a_live_process(tmp_path, child, monkeypatch, told_by):
     assert log & os.O_ACCMODE == os.O_WRONLY and log & os.O_APPEND
     # only a regular file can be a written or mapped one: nothing asks a fifo's
     assert by_target[str(tmp_path / "fifo")].flags is None
-    pipes = [f for f in view.fds if f.target and f.target.startswith("pipe:")]
-    assert len(pipes) >= 2 and all(f.flags is None and f.st is not None for f in pipes)
+    # nor a pipe's or a socket's stat (a socket's inode is in its target)
+    pipes = [f for f in view.fds if f.target and f.target.startswith(("pipe:", "socket:"))]
+    assert len(pipes) >= 3 and all(f.flags is None and f.st is None for f in pipes)
 
     # what follows reads nothing more of /proc/PID
     def no_proc(*args, **kw):
@@ -201,6 +207,23 @@ def test_a_view_of_a_live_process(tmp_path, child, monkeypatch, told_by):
     saved = temp_files.save(view, image, set())
     assert [f["path"] for f in saved["fifos"]] == [str(tmp_path / "fifo")]
     assert str(tmp_path / "log") in [f["path"] for f in saved["files"]]
+    # the directory of a bound Unix socket, found by the socket's inode
+    assert [d["path"] for d in saved["dirs"]] == [str(tmp_path / "run")]
+
+
+def test_fds_read_while_stopped_are_not_read_again(child, monkeypatch):
+    """The links the suspend's scan read (fdtable.to_hand_over) give the
+    same view, without listing or reading the fds again."""
+    fresh = tv.TreeView.read([child])
+    links = fdtable.to_hand_over([child]).links
+    monkeypatch.setattr(tv.procfs, "fds", lambda pids: iter(()) if not pids else no_more())
+    monkeypatch.setattr(os, "readlink", lambda *a, **kw: no_more())
+
+    def no_more():
+        raise AssertionError("the fds of a process read again")
+    again = tv.TreeView.read([child], links)
+    assert sorted(again.fds) == sorted(fresh.fds) and len(fresh.fds) >= 8
+    assert again.mappings == fresh.mappings
 
 
 # ---- the kernel's query (PROCMAP_QUERY) against the text of maps ------------------------
