@@ -89,6 +89,16 @@ static void release_threads(void)
 #define FAST_AFTER_STOP_MS 200
 #define STOPPED_SLACK_MS 5
 
+/* After CHECKPOINT the agent listens again only once CRIU has dumped the
+ * process, and CRIU's freeze cuts a sleep short (nap_ms): so the first
+ * sleep is long and no connection is tried before it.  Trying every
+ * millisecond or two, the processes that had detached took the CPU from
+ * those still detaching and from the agent, while the program waited for
+ * all of them (two cores here).  A dump that fails before CRIU froze the
+ * tree lets its processes come back up to this much later. */
+#define DUMP_NAP_MS 50
+static int dump_coming; /* CHECKPOINT came: the next connection follows a dump */
+
 static long monotonic_ms(void)
 {
     struct timespec ts;
@@ -104,9 +114,18 @@ static long monotonic_ms(void)
 static int connect_with_backoff(int give_up)
 {
     long waited = 0, step = 1, fast = 0;
-    int fd;
+    int fd, first_nap = 0;
 
+    if (dump_coming) {
+        dump_coming = 0;
+        step = DUMP_NAP_MS;
+        first_nap = 1;
+    }
     for (;;) {
+        if (first_nap) {
+            first_nap = 0;
+            goto nap;
+        }
         if (suspend_active() && waited >= ORPHANED_SUSPEND_MS) {
             release_threads();
             if (give_up)
@@ -132,13 +151,16 @@ static int connect_with_backoff(int give_up)
             agent_lost = 0;
             return fd;
         }
+    nap:;
         long before = monotonic_ms(), slept;
 
         nap_ms(step); /* (back from a dump: at once) */
         slept = monotonic_ms() - before;
         waited += step;
-        /* (a clock gone back: restored on another host or boot) */
-        if (slept < 0 || slept > step + STOPPED_SLACK_MS)
+        /* stopped meanwhile, or cut short: a dump or a restore.  (A clock
+         * gone back: restored on another host or boot.)  No signal of the
+         * program's cuts it: the thread that serves blocks them all */
+        if (slept < 0 || slept > step + STOPPED_SLACK_MS || slept + 1 < step)
             fast = FAST_AFTER_STOP_MS;
         if (fast > 0) {
             fast -= step;
@@ -200,6 +222,7 @@ static enum outcome obey(int fd, const struct dmtcp_record *rec, int passed)
 
         /* stay suspended: the agent dumps us, then we come back */
         release_token = (uint32_t)rec->arg;
+        dump_coming = 1;
         released_early = 0;
         queues = mqueue_detach(); /* CRIU cannot dump a POSIX message queue */
         inotify_keep_queued(); /* nor the events queued on an inotify instance */

@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <fcntl.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -16,6 +17,9 @@ int procdir_each(const char *path, void (*fn)(int num, void *ctx), void *ctx)
 {
     static char buf[16384];
     int dir = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    /* a list of fds shows the one it is read through: not the caller's.
+     * A list of tasks may hold a thread whose id is that number */
+    int own = strstr(path, "/fd") != NULL ? dir : -1;
     long n;
 
     if (dir < 0)
@@ -31,7 +35,7 @@ int procdir_each(const char *path, void (*fn)(int num, void *ctx), void *ctx)
                 continue; /* "." and ".." */
             while (*p >= '0' && *p <= '9')
                 num = num * 10 + (*p++ - '0');
-            if (num != dir)
+            if (num != own)
                 fn(num, ctx);
         }
     }

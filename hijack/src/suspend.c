@@ -245,13 +245,26 @@ static void signal_one(int tid, void *ctx)
     }
 }
 
+static void count_one(int tid, void *ctx)
+{
+    (void)tid;
+    (*(int *)ctx)++;
+}
+
 /* Signal the threads not yet signalled; return how many threads exist
  * besides this one. */
 static int signal_new_threads(void)
 {
-    struct scan scan = { (pid_t)syscall(SYS_gettid), (pid_t)syscall(SYS_getpid), 0,
-                         ids_differ() };
+    struct scan scan = { (pid_t)syscall(SYS_gettid), (pid_t)syscall(SYS_getpid), 0, 0 };
+    int tasks = 0;
 
+    /* one task: this thread, with no ids to translate (the status files
+     * read for that cost most of a single-threaded process's suspend) */
+    if (procdir_each("/proc/self/task", count_one, &tasks) < 0)
+        return -1;
+    if (tasks == 1)
+        return 0;
+    scan.translate = ids_differ();
     if (procdir_each("/proc/self/task", signal_one, &scan) < 0)
         return -1;
     return scan.others;
