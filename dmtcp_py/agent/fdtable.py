@@ -103,14 +103,18 @@ class HandOver(NamedTuple):
     links: dict[int, list[tuple[int, str]]]  # pid -> (fd, what it links to)
 
 
-def to_hand_over(pids: list[int]) -> HandOver:
+def to_hand_over(pids: list[int], shim_links: dict[int, int] | None = None) -> HandOver:
     """to_park(pids), and whether a process of pids holds an inotify
     instance (the reader of one that several processes share is elected
     with the sockets, and only it keeps the events queued at a checkpoint:
     hijack/src/inotify.c), from one read of their fds, which the dump's
     look at the tree's files may take again (TreeView.read's links) if
-    nothing is parked."""
-    found = list(_fd_links(pids))
+    nothing is parked.  shim_links: pid -> the fd of its shim's link to
+    us, as its hello said: passed over, so that a tree with no other
+    socket asks no socket table of the kernel, nor reads our own fds."""
+    shim_links = shim_links or {}
+    found = [(pid, fd, link) for pid, fd, link in _fd_links(pids)
+             if shim_links.get(pid) != fd]
     links: dict[int, list[tuple[int, str]]] = {}
     for pid, fd, link in found:
         links.setdefault(pid, []).append((fd, link))

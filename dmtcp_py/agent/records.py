@@ -44,6 +44,7 @@ TRACK = 22
 TRACKER = 23
 
 HELLO_RELEASED = 2         # HELLO's arg: back from the dump at its token's address, running
+HELLO_FD_SHIFT = 32        # HELLO's arg: | (the link's fd + 1) << this
 DONE_FAILED = 1 << 32      # DONE's arg: | this when the generation failed
 RESUME_RESTORED = 1 << 32  # RESUME's arg: | this after a restart
 PARK_LEADER = 1 << 32      # PARKED_FD's arg: | this when the process leads the socket
@@ -68,6 +69,13 @@ def failure_signal(signum: int, core: bool = False) -> bool:
     """Whether a process killed by signum (core: it dumped core) died of a
     failure, not of how programs end each other (SIGPIPE, SIGTERM...)."""
     return core or (0 < signum < 64 and bool(FAILURE_SIGNALS >> signum & 1))
+
+
+def hello_of(arg: int) -> tuple[int, int | None]:
+    """(state, the link's fd in the process or None) of HELLO's arg: state
+    0 running, 1 suspended, HELLO_RELEASED."""
+    link = arg >> HELLO_FD_SHIFT
+    return arg & ((1 << HELLO_FD_SHIFT) - 1), link - 1 if link else None
 
 
 def killed_arg(pid: int, signum: int, core: bool = False) -> int:

@@ -49,6 +49,7 @@ from dmtcp_py.agent.records import (
     UNPARK_FD,
     UNPARKED,
     VERSION,
+    hello_of,
     killed_of,
     pack,
 )
@@ -89,6 +90,7 @@ class Shim:
     tracker: int | None = None  # the userfaultfd its TRACKER carried, until taken
     asked: _Asked | None = None  # the request_all it owes an answer to, if any
     own: int = 0  # its pid in its own PID namespace, as its hello said
+    link_fd: int | None = None  # the number of this connection's fd in it, as its hello said
 
 
 @dataclass(eq=False)
@@ -300,6 +302,11 @@ class ShimLink:
     def pids(self) -> list[int]:
         return sorted(s.pid for s in self.shims)
 
+    def link_fds(self) -> dict[int, int]:
+        """pid -> the number of its link's fd, of the connected processes
+        whose hello said it."""
+        return {s.pid: s.link_fd for s in self.shims if s.link_fd is not None}
+
     def own_pids(self) -> dict[int, int]:
         """pid -> its id in its own PID namespace, of the connected
         processes (each said it, and is alive while it is connected)."""
@@ -402,11 +409,12 @@ class ShimLink:
                     self._on_ckpt_request(pid)
                     return
                 if type_ == HELLO:
-                    # arg: 1 suspended (back from a dump or a restore),
+                    # state: 1 suspended (back from a dump or a restore),
                     # HELLO_RELEASED back from a dump and running: both
                     # in the round, neither to suspend; 0 running.  Back
                     # from a dump, its name is as it was (not read again
                     # while the program waits)
+                    arg, shim.link_fd = hello_of(arg)
                     if not (arg and pid in self._names):
                         self._remember_name(pid)
                     self._remember_pid(own_pid, pid)

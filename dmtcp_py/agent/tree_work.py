@@ -292,7 +292,8 @@ class TreeWork:
             # is elected, the round may skip the election, the drain and
             # the refill
             shim_pids = self.shims.pids()
-            scan = await loop.run_in_executor(None, fdtable.to_hand_over, shim_pids)
+            scan = await loop.run_in_executor(None, fdtable.to_hand_over, shim_pids,
+                                              self.shims.link_fds())
             self._to_park = scan.to_park
             # (a test that holds the agents in DRAINED needs the round to have one)
             elect = bool(scan.to_park) or scan.inotify or self.net.holds_sockets() \

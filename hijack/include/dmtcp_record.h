@@ -100,7 +100,10 @@
  * a dump or a restore): the agent then owes it a RESUME.  It is
  * DMTCP_HELLO_RELEASED when the process came back at the address of its
  * CHECKPOINT's token and let its threads go: it is in the round still (no
- * SUSPEND for it), and takes the round's RESUME for its hooks.
+ * SUSPEND for it), and takes the round's RESUME for its hooks.  Above
+ * DMTCP_HELLO_FD_SHIFT the arg carries the number of the link's fd in
+ * the process, plus one (0: an older shim that does not say): the agent's
+ * look for sockets that lead out of the tree passes it over.
  *
  * The Python side mirrors these constants and this layout in
  * dmtcp_py/agent/records.py; tests/unit/test_records.py compiles this header
@@ -169,6 +172,7 @@ enum dmtcp_record_type {
 
 /* HELLO's arg: back from the dump and already running (see above) */
 #define DMTCP_HELLO_RELEASED 2
+#define DMTCP_HELLO_FD_SHIFT 32
 
 /* RESUME's arg: the generation in the low 32 bits, then this flag */
 #define DMTCP_RESUME_RESTORED (1ull << 32)

@@ -265,16 +265,18 @@ static enum outcome obey(int fd, const struct dmtcp_record *rec, int passed)
  * only once they are. */
 static int say_hello(int fd)
 {
+    uint64_t link = (uint64_t)(fd + 1) << DMTCP_HELLO_FD_SHIFT;
+
     if (suspend_active())
         mqueue_reattach();
     if (released_early) {
         released_early = 0;
         if (suspend_active()) {
             release_threads(); /* the round's RESUME still comes, for the hooks */
-            return channel_send(fd, DMTCP_REC_HELLO, DMTCP_HELLO_RELEASED);
+            return channel_send(fd, DMTCP_REC_HELLO, DMTCP_HELLO_RELEASED | link);
         }
     }
-    return channel_send(fd, DMTCP_REC_HELLO, (uint64_t)suspend_active());
+    return channel_send(fd, DMTCP_REC_HELLO, (uint64_t)suspend_active() | link);
 }
 
 /* The agent is gone in the middle: never leave the program stopped. */
