@@ -108,30 +108,55 @@ static long monotonic_ms(void)
     return (long)ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
 }
 
+/* The reconnect loop's sleeps: how long the next one is, how long they
+ * took in all, and how much longer to retry fast. */
+struct backoff {
+    long step, waited, fast;
+};
+
+/* One sleep of the reconnect loop; sets the length of the next. */
+static void backoff_nap(struct backoff *b)
+{
+    long before = monotonic_ms(), slept;
+
+    nap_ms(b->step); /* (back from a dump: at once) */
+    slept = monotonic_ms() - before;
+    b->waited += b->step;
+    /* stopped meanwhile, or cut short: a dump or a restore.  (A clock
+     * gone back: restored on another host or boot.)  No signal of the
+     * program's cuts it: the thread that serves blocks them all */
+    if (slept < 0 || slept > b->step + STOPPED_SLACK_MS || slept + 1 < b->step)
+        b->fast = FAST_AFTER_STOP_MS;
+    if (b->fast > 0) {
+        b->fast -= b->step;
+        b->step = 1;
+        return;
+    }
+    /* fast while a dump or restore is likely to be finishing, then
+     * gently: an agent that is gone for good costs little */
+    b->step = b->waited < 10000 ? (b->step * 2 > 20 ? 20 : b->step * 2) : 200;
+}
+
 /* Connect, retrying while the agent dumps or restores us; the fd.
  * give_up: after releasing an orphaned suspension, return -1 (a program
  * thread serving from a signal goes back to the program then). */
 static int connect_with_backoff(int give_up)
 {
-    long waited = 0, step = 1, fast = 0;
-    int fd, first_nap = 0;
+    struct backoff b = { 1, 0, 0 };
+    int fd;
 
-    if (dump_coming) {
+    if (dump_coming) { /* nobody listens before the dump: no try before it */
         dump_coming = 0;
-        step = DUMP_NAP_MS;
-        first_nap = 1;
+        b.step = DUMP_NAP_MS;
+        backoff_nap(&b);
     }
     for (;;) {
-        if (first_nap) {
-            first_nap = 0;
-            goto nap;
-        }
-        if (suspend_active() && waited >= ORPHANED_SUSPEND_MS) {
+        if (suspend_active() && b.waited >= ORPHANED_SUSPEND_MS) {
             release_threads();
             if (give_up)
                 return -1;
         }
-        if (agent_lost && die_with_agent && waited >= DMTCP_FATE_GRACE_MS)
+        if (agent_lost && die_with_agent && b.waited >= DMTCP_FATE_GRACE_MS)
             end_orphaned_process();
         pthread_mutex_lock(&conn_lock);
         if (first_fd >= 0) {
@@ -151,25 +176,7 @@ static int connect_with_backoff(int give_up)
             agent_lost = 0;
             return fd;
         }
-    nap:;
-        long before = monotonic_ms(), slept;
-
-        nap_ms(step); /* (back from a dump: at once) */
-        slept = monotonic_ms() - before;
-        waited += step;
-        /* stopped meanwhile, or cut short: a dump or a restore.  (A clock
-         * gone back: restored on another host or boot.)  No signal of the
-         * program's cuts it: the thread that serves blocks them all */
-        if (slept < 0 || slept > step + STOPPED_SLACK_MS || slept + 1 < step)
-            fast = FAST_AFTER_STOP_MS;
-        if (fast > 0) {
-            fast -= step;
-            step = 1;
-            continue;
-        }
-        /* fast while a dump or restore is likely to be finishing, then
-         * gently: an agent that is gone for good costs little */
-        step = waited < 10000 ? (step * 2 > 20 ? 20 : step * 2) : 200;
+        backoff_nap(&b);
     }
 }
 
