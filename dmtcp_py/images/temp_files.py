@@ -33,7 +33,7 @@ MAX_FILE = 256 << 20  # larger scratch files are not copied (the log says so)
 def _tree_paths(view: TreeView):
     """(path, st) of every fd of the tree that is a path /proc could stat."""
     for f in view.fds:
-        if f.target is not None and f.st is not None:
+        if f.target is not None and f.target.startswith("/") and f.st is not None:
             yield f.target, f.st
 
 
@@ -72,10 +72,10 @@ def save(view: TreeView, image_dir: Path, skip: set[str]) -> dict:
     sockets = {ino for f in view.fds if f.target is not None
                and (ino := procfs.socket_inode(f.target)) is not None}
     for target, st in _tree_paths(view):
-        if stat.S_ISFIFO(st.st_mode) and target.startswith("/") and scratch.is_scratch(target):
+        if stat.S_ISFIFO(st.st_mode) and scratch.is_scratch(target):
             fifos[target] = {"path": target, "mode": st.st_mode & 0o7777, "uid": st.st_uid,
                              "gid": st.st_gid}
-        elif stat.S_ISREG(st.st_mode) and target.startswith("/") and target not in skip \
+        elif stat.S_ISREG(st.st_mode) and target not in skip \
                 and not target.endswith(" (deleted)") and scratch.is_scratch(target):
             files[target] = st
     paths = set(files) | set(fifos) | {p for p in _unix_socket_paths(sockets) if scratch.is_scratch(p)}
