@@ -239,11 +239,16 @@ class Checkpoint:
                                   self.set_aside)
             self.stored = stored
             self.steps["chunks"] = time.monotonic()
-        # with CRIU's files set aside, no syncfs: it would write them to the disk
+        # with CRIU's files set aside, no syncfs: it would write them to the
+        # disk.  A write-tracked dump's pages file becomes the data file as
+        # it lies (chunks._in_place) and leaves the directory empty: then
+        # one syncfs (1.2-1.6 ms here) instead of an fsync of each small
+        # file (3.2-5.3 ms, for a 1 GiB program's second generation)
         aside = self.set_aside is not None and self.set_aside.exists()
+        held_aside = aside and store.directory_bytes(self.set_aside) > 0
         # data files' digests are lists of chunk digests: one algorithm for the manifest
         algorithm = chunks.ALGORITHM if stored.data else integrity.ALGORITHM
-        sealed = integrity.seal(self.partial, frozenset(stored.data), each=aside,
+        sealed = integrity.seal(self.partial, frozenset(stored.data), each=held_aside,
                                 durable=durable, followed=followed, algorithm=algorithm)
         self.steps["seal"] = time.monotonic()
         digests = dict(sorted({**sealed.digests, **stored.digests}.items()))
