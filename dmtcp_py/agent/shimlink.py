@@ -414,8 +414,8 @@ class ShimLink:
                     # in the round, neither to suspend; 0 running.  Back
                     # from a dump, its name is as it was (not read again
                     # while the program waits)
-                    arg, shim.link_fd = hello_of(arg)
-                    if not (arg and pid in self._names):
+                    state, shim.link_fd = hello_of(arg)
+                    if not (state and pid in self._names):
                         self._remember_name(pid)
                     self._remember_pid(own_pid, pid)
                     shim.own = own_pid
@@ -423,10 +423,10 @@ class ShimLink:
                     self._notify()
                     if self._die_with_agent():
                         await _send(sock, pack(FATE, 1))
-                    if self._owes_resume(bool(arg)):
+                    if self._owes_resume(bool(state)):
                         log.warning("pid %d came back suspended after the checkpoint; resuming it", pid)
                         await _send(sock, pack(RESUME, self._resume_arg()))
-                    elif self._owes_suspend(bool(arg)):
+                    elif self._owes_suspend(bool(state)):
                         # records are taken in order: this one before any
                         # request of the round; its answer is skipped as stale
                         log.info("pid %d joined during a checkpoint; suspending it", pid)
