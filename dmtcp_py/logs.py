@@ -11,6 +11,7 @@ import logging
 import os
 from pathlib import Path
 
+from dmtcp_py import deferred_log
 from dmtcp_py.paths import run_dir
 
 _current: Path | None = None
@@ -60,6 +61,7 @@ def setup(name: str) -> Path:
     root.setLevel(getattr(logging, level, logging.INFO))
     global _current
     _current = path
+    deferred_log.release()  # (what a restart said before this log was there)
     return path
 
 

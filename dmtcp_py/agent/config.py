@@ -23,4 +23,5 @@ class AgentConfig:
     incremental: bool = False           # pages as chunks shared with the previous generation
     precopy: bool = False               # memory pre-dumped as a round begins (images.precopy)
     lazy: bool = False                  # restart: memory pages on demand (criu lazy-pages)
+    claim: int = 0                      # restart: the tree's claim (coordinator/claims.py)
     keep: int | None = None             # previous generations kept (None: the coordinator's)

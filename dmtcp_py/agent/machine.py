@@ -251,6 +251,7 @@ class Identity:
     restart_generation: int = 0
     restart_trees: int = 1
     restart_image: messages.ImageInfo | None = None  # where it restores from
+    restart_claim: int = 0  # its dmtcp-restart's claim (coordinator/claims.py), 0: none
     precopy: bool = False  # its checkpoints begin with a pre-copy (images.precopy)
 
 
@@ -343,7 +344,7 @@ class AgentMachine:
             return messages.Hello(**base, restart=True, comp_id=ident.restart_comp_id,
                                   generation=ident.restart_generation,
                                   num_trees=max(1, ident.restart_trees),
-                                  image=ident.restart_image)
+                                  image=ident.restart_image, claim=ident.restart_claim)
         return messages.Hello(**base)
 
     def welcomed(self, welcome: messages.Welcome) -> list:

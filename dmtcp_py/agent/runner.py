@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from dmtcp_py import fault_injection
@@ -77,18 +78,23 @@ def _identity(cfg: AgentConfig) -> am.Identity:
                       program=m.program, bytes=m.total_bytes, processes=len(m.pids))
     return am.Identity(cfg.tree_id, cfg.program, restart_comp_id=m.comp_id,
                        restart_generation=m.generation, restart_trees=m.num_trees,
-                       restart_image=image, precopy=cfg.precopy)
+                       restart_image=image, restart_claim=cfg.claim,
+                       precopy=cfg.precopy)
 
 
 class Agent:
     def __init__(self, cfg: AgentConfig, started: early.Started | None = None,
-                 begun: Restore | None = None, shared: bool = False) -> None:
+                 begun: Restore | None = None, shared: bool = False,
+                 claim_ends: Callable[[], None] | None = None) -> None:
         """started: a launched tree (early.py); else cfg.manifest's image
         is restored, or being restored already (begun: restoring.py).
-        shared: other trees' agents run in this process too (together.py)."""
+        shared: other trees' agents run in this process too (together.py).
+        claim_ends: closes the connection that holds cfg.claim, once the
+        join took the tree over (or failed)."""
         self.cfg = cfg
         self.started = started
         self.begun = begun
+        self._claim_ends = claim_ends
         self.tree = Tree(shared_by=cfg.tree_id if shared else None)
         if begun is not None:  # (prepared: its init's directory is made)
             self.tree.hold_reaping = True  # CRIU's processes are not the tree's to reap
@@ -185,6 +191,9 @@ class Agent:
                 if self.begun is not None:
                     await self._end_unjoined()
                 raise
+            finally:  # (after the join: the coordinator has the tree by then)
+                if self._claim_ends is not None:
+                    self._claim_ends()
         # following the coordinator already while restoring: connections
         # find their peers through its names
         self._follower = asyncio.create_task(self._follow())

@@ -1,7 +1,8 @@
 """What dmtcp-restart does, however its command line was read.
 
-Restarting one tree under a coordinator it starts itself, with no
-sockets to make again, CRIU restores while the agent's modules load
+Restarting one tree with no sockets to make again, under a coordinator it
+starts itself or under one that runs already and took the restart's claim
+(coordinator/claims.py), CRIU restores while the agent's modules load
 (agent/restoring.py): they are imported only once it runs.  Until CRIU
 runs, this module and what it calls load only what the checks and the
 restore need: no asyncio, logging (deferred_log), dataclasses (records
@@ -15,8 +16,10 @@ import gc
 import importlib
 import os
 import pwd
+from _collections_abc import Callable  # (typing costs ms; this one is loaded already)
 from pathlib import Path
 
+from dmtcp_py import deferred_log
 from dmtcp_py.agent import stdio
 from dmtcp_py.agent.config import AgentConfig
 from dmtcp_py.agent.restoring import Restore
@@ -24,6 +27,7 @@ from dmtcp_py.cli import fastargs
 from dmtcp_py.cli.coordinators import Starting, exit_code
 from dmtcp_py.errors import UserError, say
 from dmtcp_py.images import integrity, manifest, shared_files
+from dmtcp_py.protocol.handshake import Coordinator
 from dmtcp_py.tokens import resolve_token
 
 
@@ -52,22 +56,42 @@ def tree_options(a: fastargs.RestartArgs, m: manifest.Manifest) -> dict[str, boo
             "precopy": precopy}
 
 
-def restart(a: fastargs.RestartArgs, starting: Starting | None) -> int:
-    """Restart the trees in a.images, of one computation, under the
-    coordinator that answers on a's port or under starting, which this
-    begins (restart_flow.coordinator_for); the exit code."""
+def restart(a: fastargs.RestartArgs, found: Coordinator | Starting) -> int:
+    """Restart the trees in a.images, of one computation, under found
+    (restart_flow.coordinator_for): a connection to the coordinator that
+    answers on a's port, or one to start here, which this begins; the
+    exit code."""
     coord_host, coord_port = a.host, a.port
     ckptdir, keep, lazy = a.ckptdir, a.keep, a.lazy
     images, generation = a.images, a.generation
+    starting = found if isinstance(found, Starting) else None
+    joined = None if starting is not None else found
+    claim = 0
     try:
         loaded = _checked_images(a, images, generation)
         port = coord_port
         begun = None
+        if joined is not None:
+            if len(loaded) == 1 and not loaded[0][1].sockets:
+                # the coordinator says first that it takes the restart
+                # (claims.py): then CRIU restores while the agent loads
+                m = loaded[0][1]
+                claim = joined.claim_restart(resolve_token(port), tree_id=m.tree_id,
+                                             comp_id=m.comp_id, generation=m.generation,
+                                             num_trees=m.num_trees)
+                deferred_log.hold()  # (what the restore says waits for the agent's log)
+                begun = Restore(*loaded[0], lazy=lazy)
+                begun.prepare()
+                begun.begin()
+                _import(SHARED_WITH_COORDINATOR + AGENT)  # while CRIU restores
+            else:
+                joined.close()  # (it answers: that was the question)
         if starting is not None:
             starting.bind()  # (a port it cannot have fails the restart before CRIU runs)
             if len(loaded) == 1 and not loaded[0][1].sockets:
                 # a fresh coordinator refuses no tree: nothing is put back
                 # for a restart it then turns down
+                deferred_log.hold()  # (what the restore says waits for the agent's log)
                 begun = Restore(*loaded[0], lazy=lazy)
                 begun.prepare()
                 begun.begin(check=False)
@@ -86,6 +110,9 @@ def restart(a: fastargs.RestartArgs, starting: Starting | None) -> int:
     except BaseException:
         if starting is not None:
             starting.stop()  # no agent joined it: it would wait for one for ever
+        else:
+            joined.close()  # (a claim ends with it)
+        deferred_log.release()  # (no log file: its warnings on stderr)
         raise
     token = resolve_token(port)
     gc.freeze()  # (loaded with the collector off: restart.main)
@@ -96,11 +123,11 @@ def restart(a: fastargs.RestartArgs, starting: Starting | None) -> int:
         return AgentConfig(coord_host=coord_host, coord_port=port, token=token,
                            ckptdir=Path(ckptdir).resolve() if ckptdir else home_dir(image),
                            tree_id=m.tree_id, program=m.program, argv=m.argv,
-                           image=image, manifest=m, lazy=lazy, keep=keep,
+                           image=image, manifest=m, lazy=lazy, keep=keep, claim=claim,
                            **tree_options(a, m))
 
     if len(loaded) == 1:
-        return _agent(config(*loaded[0]), begun)
+        return _agent(config(*loaded[0]), begun, joined.close if claim else None)
     from dmtcp_py.agent import together
     if together.can_share([m for _, m in loaded]):
         codes = together.run([config(image, m) for image, m in loaded])
@@ -204,13 +231,14 @@ def _import(modules: tuple[str, ...]) -> None:
         importlib.import_module(name)
 
 
-def _agent(cfg: AgentConfig, begun: Restore | None = None) -> int:
+def _agent(cfg: AgentConfig, begun: Restore | None = None,
+           claim_ends: Callable[[], None] | None = None) -> int:
     import asyncio
 
     from dmtcp_py import logs
     from dmtcp_py.agent.runner import Agent, restart_log_name
     logs.setup(restart_log_name(cfg))
-    return exit_code(asyncio.run(Agent(cfg, begun=begun).run()))
+    return exit_code(asyncio.run(Agent(cfg, begun=begun, claim_ends=claim_ends).run()))
 
 
 def _of_generation(image: Path, generation: int) -> Path:

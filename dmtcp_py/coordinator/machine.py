@@ -10,6 +10,7 @@ import dataclasses
 import enum
 
 from dmtcp_py.coordinator import migration, rebalance, recovery, replication
+from dmtcp_py.coordinator.claims import Claim, Claims
 from dmtcp_py.coordinator.interval import AutoInterval
 from dmtcp_py.coordinator.launching import JOIN_WAIT, CheckpointAsk, Launches
 from dmtcp_py.coordinator.nameservice import NameService
@@ -301,6 +302,8 @@ class CoordinatorMachine:
         # launches that said hello during a round: their program starts
         # once it is over, when they are welcomed (client connection ids)
         self._held: list[int] = []
+        # restarts claimed before their agents join (claims.py)
+        self.claims = Claims()
 
     # ---- agents ----------------------------------------------------------
 
@@ -337,14 +340,23 @@ class CoordinatorMachine:
 
     # ---- trees being launched (launching.py) -------------------------------
 
-    def client_joined(self, client_id: int, launching: str, now: float) -> list:
+    def client_joined(self, client_id: int, hello: Hello, now: float) -> list:
         """A client's hello (token checked by the server): welcomed, with
         the ckptdir, which dmtcp-launch asks for before it starts the
-        program.  launching: the tree that launch is about to start, which
-        checkpoints wait for; during a round, its welcome, and with it the
-        program's start, waits for the round's end (as DMTCP's launch
-        waits for a checkpoint under way): a program that ran while the
-        others were stopped would be in no image of that generation."""
+        program.  hello.launching: the tree that launch is about to start,
+        which checkpoints wait for; during a round, its welcome, and with
+        it the program's start, waits for the round's end (as DMTCP's
+        launch waits for a checkpoint under way): a program that ran while
+        the others were stopped would be in no image of that generation.
+        hello.restart: a restart's claim of its tree (claims.py)."""
+        if hello.restart:
+            refusal = self._restart_refusal(hello, now, claim=client_id)
+            if refusal:
+                return [ReplyClient(client_id, Refused(error=refusal))]
+            self.claims.add(client_id, Claim(hello.tree_id, hello.comp_id, hello.generation,
+                                             now))
+            return [self._welcome_client(client_id)]
+        launching = hello.launching
         if not launching:
             return [self._welcome_client(client_id)]
         self.launches.announced(client_id, launching, now)
@@ -358,8 +370,11 @@ class CoordinatorMachine:
         self.launches.announced(key, tree_id, now)
         return []
 
-    def launch_gone(self, key: int, now: float) -> list:
-        """The connection that announced a tree closed (the launch ended)."""
+    def client_gone(self, key: int, now: float) -> list:
+        """A client's connection closed: a launch's that announced a tree
+        (the launch ended), or a restart's claim (before its agent joined:
+        the restart failed)."""
+        self.claims.gone(key)
         if key in self._held:
             self._held.remove(key)
         return self._launches_settled(now) if self.launches.gone(key) else []
@@ -397,24 +412,45 @@ class CoordinatorMachine:
         self.generation = hello.generation
         return None
 
-    def _admit_restart(self, agent: Agent, hello: Hello, now: float) -> str | None:
+    def _restart_refusal(self, hello: Hello, now: float, claim: int) -> str | None:
+        """Why a restart of hello's tree is not taken, or None: asked for a
+        restarting agent's hello (claim: the claim it names, 0: none) and
+        for a restart's claim (claim: its own id).  Changes nothing but the
+        count of a called-off restart's trees still to turn away."""
         rnd = self.round
+        if self.claims.taken(hello.tree_id, claim):
+            return f"tree {hello.tree_id} is already being restarted"
         if rnd is not None and rnd.migration is not None:
-            return self._admit_moved(rnd, agent, hello)
+            return self._moved_refusal(rnd, hello)
         if rnd is not None and rnd.kind is RoundKind.RESTART and self.comp_id == hello.comp_id \
                 and rnd.generation == hello.generation and rnd.state is State.CHECKPOINTED:
-            if agent.tree_id in {a.tree_id for a in self.agents.values()}:
-                return f"tree {agent.tree_id} is already being restarted"
-            rnd.participants.add(agent.agent_id)
-            rnd.trees.add(agent.tree_id)
+            if hello.tree_id in {a.tree_id for a in self.agents.values()}:
+                return f"tree {hello.tree_id} is already being restarted"
             return None
         off = self.called_off
         if off is not None and off.turns_away(hello, now, self.policy.restart_timeout):
             off.late -= 1
             return f"the restart of generation {off.generation} was called off: {off.reason}"
-        if self.agents or rnd is not None:
+        if self.agents or rnd is not None or self.claims.other_than(hello.comp_id,
+                                                                     hello.generation):
             return (f"this coordinator is busy with computation {self.comp_id}; "
                     "restart with --new-coordinator or another --coord-port")
+        return None
+
+    def _admit_restart(self, agent: Agent, hello: Hello, now: float) -> str | None:
+        refusal = self._restart_refusal(hello, now, claim=hello.claim)
+        if refusal:
+            return refusal
+        self.claims.joined(hello.claim)
+        rnd = self.round
+        if rnd is not None and rnd.migration is not None:
+            rnd.migration.arrived[agent.tree_id] = agent.agent_id
+            rnd.participants.add(agent.agent_id)
+            return None
+        if rnd is not None:  # (the restart's round: _restart_refusal)
+            rnd.participants.add(agent.agent_id)
+            rnd.trees.add(agent.tree_id)
+            return None
         self.called_off = None
         self.comp_id = hello.comp_id
         self.generation = hello.generation
@@ -736,17 +772,15 @@ class CoordinatorMachine:
                 MoveTrees(rnd.generation, images, tuple(sorted(mig.placement.items())),
                           mig.serial)]
 
-    def _admit_moved(self, rnd: Round, agent: Agent, hello: Hello) -> str | None:
-        """A moving tree's new copy joins the migration round."""
+    def _moved_refusal(self, rnd: Round, hello: Hello) -> str | None:
+        """Why a moving tree's new copy may not join the migration round."""
         mig = rnd.migration
         assert mig is not None
         if hello.comp_id != self.comp_id or hello.generation != rnd.generation \
                 or not mig.started or mig.aborted:
             return f"this coordinator is busy with a migration of computation {self.comp_id}"
-        if agent.tree_id not in mig.moving or agent.tree_id in mig.arrived:
-            return f"tree {agent.tree_id} is not moving (or has arrived already)"
-        mig.arrived[agent.tree_id] = agent.agent_id
-        rnd.participants.add(agent.agent_id)
+        if hello.tree_id not in mig.moving or hello.tree_id in mig.arrived:
+            return f"tree {hello.tree_id} is not moving (or has arrived already)"
         return None
 
     def _abort_migration(self, why: str) -> list:
@@ -1020,6 +1054,10 @@ class CoordinatorMachine:
             actions.append(Notice(f"launched tree(s) {', '.join(late)} did not join within "
                                   f"{JOIN_WAIT:g} s; checkpoints no longer wait for them"))
             actions += self._launches_settled(now)
+        late = self.claims.expire(now)
+        if late:
+            actions.append(Notice(f"restarted tree(s) {', '.join(late)} did not join within "
+                                  f"{JOIN_WAIT:g} s of their claim; the claim is dropped"))
         actions += self._recovery_step(now)
         rec = self.recovery
         if rec is not None and rec.phase is Phase.RESTARTING \

@@ -105,15 +105,14 @@ class CoordinatorServer:
             if conn.conn_id not in self.machine.agents:
                 conn.close("refused")
         else:
-            self.apply(self.machine.client_joined(conn.conn_id, hello.launching,
-                                                  time.monotonic()))
+            self.apply(self.machine.client_joined(conn.conn_id, hello, time.monotonic()))
 
     def lost(self, conn: _Connection) -> None:
         self._conns.pop(conn.conn_id, None)
         if conn.role is Role.AGENT:
             self.apply(self.machine.agent_left(conn.conn_id, time.monotonic()))
         elif conn.role is Role.CLIENT:
-            self.apply(self.machine.launch_gone(conn.conn_id, time.monotonic()))
+            self.apply(self.machine.client_gone(conn.conn_id, time.monotonic()))
 
     def _command(self, client_id: int, msg: Command) -> None:
         now = time.monotonic()

@@ -50,11 +50,16 @@ class NotACoordinator(ValueError):
     """What came back is not a frame or message of ours."""
 
 
-def frame(fields: dict[str, str | bool]) -> bytes:
-    """One frame of a message whose fields are strings and booleans."""
+def frame(fields: dict[str, str | bool | int]) -> bytes:
+    """One frame of a message whose fields are strings, booleans and integers."""
     parts = [f'"v":{PROTOCOL_VERSION}']
     for key, value in fields.items():
-        text = ("true" if value else "false") if isinstance(value, bool) else _quote(value)
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, int):
+            text = str(value)
+        else:
+            text = _quote(value)
         parts.append(f"{_quote(key)}:{text}")
     body = ("{" + ",".join(parts) + "}").encode()
     return len(body).to_bytes(4, "big") + body
@@ -100,7 +105,8 @@ class Coordinator:
         self._buf = b""
 
     def hello(self, token: str, launching: str = "",
-              waiting: Callable[[], None] | None = None) -> dict:
+              waiting: Callable[[], None] | None = None,
+              claim: dict[str, str | int] | None = None) -> dict:
         """Hello as a client; the welcome (comp_id, and the coordinator's
         ckptdir if it has one), or UserError (a refusal) or
         CoordinatorUnreachable.  launching: the tree dmtcp-launch is about
@@ -108,7 +114,10 @@ class Coordinator:
         (coordinator/launching.py); the welcome waits for a round under
         way to end, however long it takes (as a blocking checkpoint's
         answer does), and waiting() is called once it took WAIT_NOTE_AFTER."""
-        fields: dict[str, str | bool] = {"type": "hello", "role": "client", "token": token}
+        fields: dict[str, str | bool | int] = {"type": "hello", "role": "client",
+                                               "token": token}
+        if claim:  # (claim_restart)
+            fields.update(restart=True, **claim)
         if launching:
             fields["launching"] = launching
             self.sock.settimeout(WAIT_NOTE_AFTER)
@@ -134,6 +143,22 @@ class Coordinator:
             raise self._not_ours(exc) from None
         return answer
 
+    def claim_restart(self, token: str, *, tree_id: str, comp_id: str, generation: int,
+                      num_trees: int) -> int:
+        """Hello as a client that claims the restart of tree_id (of that
+        generation of comp_id, num_trees trees in all) before its agent
+        joins (coordinator/claims.py): the claim's id, which the agent's
+        hello names; UserError if the coordinator would not take the
+        restart (busy, the tree taken), or CoordinatorUnreachable.  The
+        claim lasts as long as this connection, or until the agent joined."""
+        answer = self.hello(token, claim={"tree_id": tree_id, "comp_id": comp_id,
+                                          "generation": generation, "num_trees": num_trees})
+        key = answer.get("agent_id")
+        if type(key) is not int or key < 1:
+            self.close()
+            raise self._not_ours(NotACoordinator(f"welcome: bad claim id {key!r}"))
+        return key
+
     def command(self, cmd: str, timeout: float | None,
                 **flags: bool) -> tuple[bool, str | None, dict]:
         """One command whose fields are flags at most (status, list, a
@@ -154,7 +179,7 @@ class Coordinator:
         body = {k: v for k, v in reply.items() if k not in ("v", "type", "ok", "error")}
         return ok, error, body
 
-    def request(self, fields: dict[str, str | bool],
+    def request(self, fields: dict[str, str | bool | int],
                 waiting: Callable[[], None] | None = None) -> dict:
         """Send one message, read the next (a dict with its type checked).
         waiting: the answer may take as long as it takes; called when the

@@ -280,6 +280,11 @@ class Hello(Message):
     # an agent: its tree wants a pre-copy before each checkpoint's suspend
     # (State.PRECOPIED, images.precopy)
     precopy: bool = False
+    # A client with restart set claims the restart of tree_id (comp_id,
+    # generation, num_trees as an agent's) before its agent joins, so that
+    # CRIU may restore while the agent loads (coordinator/claims.py); that
+    # agent's hello names the claim: the id the claim was welcomed with.
+    claim: int = _at_least(0, 0)
 
 
 # coordinator -> peer, the answer to hello

@@ -536,6 +536,32 @@ def restart_ours(ws: Workspace, image: Path, samples: Samples, warm_mib: int) ->
     return comp
 
 
+def restart_joined(ws: Workspace, image: Path, samples: Samples, warm_mib: int) -> None:
+    """dmtcp-restart --join under a coordinator that runs already (DMTCP's
+    usual way, the restart script's other hosts, a recovery), until the
+    program's first tick: the restart claims its tree, then CRIU restores
+    while the agent loads (coordinator/claims.py)."""
+    port = ws.free_port()
+    out = ws.base / "coordinator.out"
+    coord = ws.spawn([str(BIN / "dmtcp-coordinator"), "-p", str(port), "--exit-on-last"], out)
+    wait_until(lambda: coord.poll() is not None or coordinator_status(port) is not None,
+               "the coordinator to answer", OP_TIMEOUT)
+    if coord.poll() is not None:
+        raise BenchError(f"dmtcp-coordinator exited with {coord.returncode}: "
+                         f"{out.read_text(errors='replace')[-300:]!r}")
+    settle(warm_mib)
+    start = time.time()
+    agent = ws.spawn([str(BIN / "dmtcp-restart"), "--join", "-p", str(port), str(image)],
+                     ws.base / "restart.out")
+    ran = first_tick_after(ws.base / OUR_TICKS, start)
+    wait_until(lambda: under_control(port), "the restored program to be under control",
+               OP_TIMEOUT)
+    adopt_descendants(ws, agent.pid)
+    samples.add("restart_join_tick", ran)
+    progress(f"  ours: restart --join, first tick {ran:.3f} s")
+    stop(Computation(port, agent))
+
+
 def restart_lazy(ws: Workspace, image: Path, samples: Samples, warm_mib: int) -> None:
     """dmtcp-restart --lazy until the program runs under control (its pages
     then come in as it touches them)."""
@@ -601,6 +627,7 @@ def one_round(ws: Workspace, program: Path, size_mib: int, ours_first: bool,
     stop(comp)
     _kill(restored)
     restart_lazy(ws, image, samples, warm)
+    restart_joined(ws, image, samples, warm)
     measure_dd(ws, size_mib, samples)
     _remove(ckptdir)
     _remove(images)
@@ -625,6 +652,7 @@ ROWS = (
     ("restart_tick", "(b) ours: dmtcp-restart until the program's first tick"),
     ("restart", "    ours: dmtcp-restart until the coordinator says running"),
     ("restart_criu", "    ours: CRIU restore_time (stats-restore)"),
+    ("restart_join_tick", "(b) ours: dmtcp-restart --join (a coordinator runs), first tick"),
     ("restart_lazy_tick", "(b) ours: dmtcp-restart --lazy until the program's first tick"),
     ("restart_lazy", "    ours: dmtcp-restart --lazy until the coordinator says running"),
     ("raw_dump", "(c) raw: criu dump --leave-running"),

@@ -1,12 +1,16 @@
 """dmtcp-restart starts CRIU before it loads anything CRIU does not need
 (cli/restarting.py): the agent's modules, asyncio and the coordinator it
-starts load while CRIU restores, and the restarted program still runs."""
+starts load while CRIU restores, and the restarted program still runs.
+Under a coordinator that runs already, the restart claims its tree first
+(coordinator/claims.py): one it refuses touches nothing."""
 from __future__ import annotations
 
 import os
 import subprocess
 
-from tests.e2e.harness import TIMEOUT, tool, wait_until_running
+import pytest
+
+from tests.e2e.harness import TIMEOUT, last_tick, tool, wait_for, wait_until_running
 from tests.e2e.test_bad_input import free_port
 from tests.unit.test_light_imports import RESTART_BEFORE_CRIU
 
@@ -30,24 +34,57 @@ main()
 """
 
 
-def test_criu_restores_before_the_heavy_modules_load(comp, programs, tmp_path):
+def _restart_noting_modules(noted, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [os.path.join(os.path.dirname(tool("dmtcp-restart")), "python"), "-c", AT_CRIU,
+         str(noted), *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE)
+
+
+@pytest.mark.parametrize("coordinator", ["its own", "running"])
+def test_criu_restores_before_the_heavy_modules_load(comp, programs, tmp_path, coordinator):
     proc, _ = comp.launch(*programs["counter_single"], "3000", "10")
     comp.wait_peers(1)
     comp.checkpoint()
     assert comp.kill_and_wait(proc) != 0
-    noted, port = tmp_path / "at-criu", free_port()
-    restarted = subprocess.Popen(
-        [os.path.join(os.path.dirname(tool("dmtcp-restart")), "python"), "-c", AT_CRIU,
-         str(noted), "--new-coordinator", "-p", str(port), str(comp.images()[0])],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    noted = tmp_path / "at-criu"
+    port = free_port() if coordinator == "its own" else comp.port
+    where = ["--new-coordinator"] if coordinator == "its own" else ["--join"]
+    restarted = _restart_noting_modules(noted, *where, "-p", str(port), str(comp.images()[0]))
     try:
         wait_until_running(restarted, port)
         assert restarted.poll() is None, restarted.stderr.read()
     finally:
-        subprocess.run([tool("dmtcp-command"), "-p", str(port), "-q"], capture_output=True,
-                       timeout=TIMEOUT)
+        subprocess.run([tool("dmtcp-command"), "-p", str(port),
+                        "-q" if coordinator == "its own" else "-k"],
+                       capture_output=True, timeout=TIMEOUT)
         restarted.wait(timeout=TIMEOUT)
         restarted.stderr.close()
     loaded = set(noted.read_text().split())
     assert "dmtcp_py.agent.restoring" in loaded  # (noted where the restore began)
     assert not loaded & set(RESTART_BEFORE_CRIU), sorted(loaded & set(RESTART_BEFORE_CRIU))
+
+
+def test_a_restart_refused_while_its_tree_runs_touches_nothing(comp, programs, tmp_path):
+    """The tree still runs (say, a second copy of the restart script): its
+    coordinator refuses the claim before CRIU starts or the file the
+    program writes is cut back to its checkpoint-time length."""
+    proc, out = comp.launch(*programs["counter_single"], "3000", "10")
+    comp.wait_peers(1)
+    comp.checkpoint()
+    at_checkpoint = out.stat().st_size
+    # ~3 KB a second: a cut would take back more than it writes meanwhile
+    wait_for(lambda: out.stat().st_size > at_checkpoint + 3000, what="the output to grow")
+    before = out.stat().st_size
+    noted = tmp_path / "at-criu"
+    refused = _restart_noting_modules(noted, "--join", "-p", str(comp.port),
+                                      str(comp.images()[0]))
+    _, err = refused.communicate(timeout=TIMEOUT)
+    assert refused.returncode != 0
+    assert b"busy with computation" in err, err
+    assert not noted.exists()  # CRIU never started
+    assert out.stat().st_size >= before  # (appended to, never cut)
+    ticked = last_tick(out)
+    wait_for(lambda: last_tick(out) > ticked, what="the program to tick on")
+    assert proc.poll() is None and comp.status()["running"]
+    assert comp.kill_and_wait(proc) != 0

@@ -110,6 +110,34 @@ def test_a_launch_names_the_tree_it_starts_in_its_hello():
     assert server.got == [Hello(role=Role.CLIENT, token="secret", launching="0123456789ab")]
 
 
+def test_a_restart_claims_its_tree_and_learns_the_claim_id():
+    server = _Server(messages.encode(Welcome(comp_id="abc", agent_id=7)))
+    try:
+        with handshake.Coordinator("127.0.0.1", server.port) as coordinator:
+            key = coordinator.claim_restart("secret", tree_id="0123456789ab", comp_id="old",
+                                            generation=12, num_trees=3)
+    finally:
+        server.close()
+    assert key == 7
+    assert server.got == [Hello(role=Role.CLIENT, token="secret", restart=True,
+                                tree_id="0123456789ab", comp_id="old", generation=12,
+                                num_trees=3)]
+
+
+@pytest.mark.parametrize("answer, error", [
+    (Refused(error="this coordinator is busy with computation c1"), UserError),
+    (Welcome(comp_id="abc", agent_id=0), CoordinatorUnreachable),  # (0 names no claim)
+])
+def test_a_claim_refused_or_without_an_id_is_an_error(answer, error):
+    server = _Server(messages.encode(answer))
+    try:
+        with pytest.raises(error, match="busy with computation c1|bad claim id 0"):
+            handshake.Coordinator("127.0.0.1", server.port).claim_restart(
+                "secret", tree_id="t", comp_id="old", generation=1, num_trees=1)
+    finally:
+        server.close()
+
+
 def test_a_launch_waits_for_its_welcome_and_is_told_it_waits(monkeypatch):
     """During a round the coordinator welcomes a launch once it is over."""
     monkeypatch.setattr(handshake, "WAIT_NOTE_AFTER", 0.05)

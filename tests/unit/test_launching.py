@@ -8,12 +8,17 @@ import pytest
 
 from dmtcp_py.coordinator.launching import JOIN_WAIT, OWN_COORDINATOR, Launches
 from dmtcp_py.coordinator.machine import Notice, ReplyClient
-from dmtcp_py.protocol.messages import Barrier, Reply, Welcome
+from dmtcp_py.protocol.messages import Barrier, Hello, Reply, Role, Welcome
 from dmtcp_py.protocol.states import State
 
 from test_machine import CLIENT, OTHER_CLIENT, Sim, of_type, only_reply, sent
 
 LAUNCH = 501  # the launch's client connection
+
+
+def _launch_hello(tree_id: str) -> Hello:
+    """A client's hello, announcing tree_id (a launch) or nothing."""
+    return Hello(role=Role.CLIENT, token="t", launching=tree_id)
 
 
 def test_launches_end_by_join_by_connection_or_by_age():
@@ -72,8 +77,8 @@ def test_a_launch_that_ends_before_its_agent_joined_lets_the_checkpoint_go_on(ag
     sim = Sim(agents)
     sim.m.launch_announced(LAUNCH, "t-new", sim.now)
     sim.checkpoint(CLIENT, blocking=True)
-    assert sim.m.launch_gone(LAUNCH + 1, sim.now) == []  # some other client
-    actions = sim._record(sim.m.launch_gone(LAUNCH, sim.now))
+    assert sim.m.client_gone(LAUNCH + 1, sim.now) == []  # some other client
+    actions = sim._record(sim.m.client_gone(LAUNCH, sim.now))
     if agents:
         assert sim.m.round is not None and sim.m.round.participants == {1}
         assert sent(actions, Barrier)
@@ -132,10 +137,10 @@ def welcomes(actions: list, client: int) -> list:
 def test_a_launch_during_a_round_starts_its_program_once_the_round_is_over():
     sim = Sim(2)
     sim.checkpoint(CLIENT, blocking=True)
-    held = sim._record(sim.m.client_joined(LAUNCH, "t-new", sim.now))
+    held = sim._record(sim.m.client_joined(LAUNCH, _launch_hello("t-new"), sim.now))
     assert welcomes(held, LAUNCH) == []
     assert "waits for the checkpoint under way" in of_type(held, Notice)[0].text
-    assert welcomes(sim._record(sim.m.client_joined(OTHER_CLIENT, "", sim.now)),
+    assert welcomes(sim._record(sim.m.client_joined(OTHER_CLIENT, _launch_hello(""), sim.now)),
                     OTHER_CLIENT)  # a command is welcomed at once
     start = len(sim.log)
     sim.advance_to(None)
@@ -152,8 +157,8 @@ def test_a_launch_during_a_round_starts_its_program_once_the_round_is_over():
 def test_a_launch_that_ends_while_held_is_not_welcomed():
     sim = Sim(1)
     sim.checkpoint(CLIENT, blocking=True)
-    sim.m.client_joined(LAUNCH, "t-new", sim.now)
-    sim._record(sim.m.launch_gone(LAUNCH, sim.now))
+    sim.m.client_joined(LAUNCH, _launch_hello("t-new"), sim.now)
+    sim._record(sim.m.client_gone(LAUNCH, sim.now))
     start = len(sim.log)
     sim.advance_to(None)
     assert welcomes(sim.log[start:], LAUNCH) == []

@@ -339,3 +339,19 @@ def test_a_meeting_point_is_reached_in_the_connecting_sockets_family():
     assert _in_family(socket.AF_INET, "::ffff:198.18.0.3") == "198.18.0.3"
     assert _in_family(socket.AF_INET, "198.18.0.3") == "198.18.0.3"
     assert _in_family(socket.AF_INET6, "::1") == "::1"
+
+
+def test_a_moving_tree_is_claimed_before_its_new_copy_joins():
+    """A migration restarts the moving tree with a claim (coordinator/claims.py):
+    taken for a moving tree, refused for one that stays."""
+    from test_claims import claim, refusal, welcomed
+    sim = Sim()
+    gen = t2_moving(sim)
+    sim.report(1, State.CHECKPOINTED)
+    sim.report(2, State.CHECKPOINTED, image=image_of(2))
+    assert "not moving" in refusal(claim(sim, 801, tree_id="t1", comp_id=COMP, generation=gen),
+                                   801)
+    assert welcomed(claim(sim, 802, tree_id="t2", comp_id=COMP, generation=gen), 802)
+    new, joined = sim.restart_join(comp_id=COMP, generation=gen, tree_id="t2", host="h9",
+                                   claim=802)
+    assert sent(joined, Welcome) and sim.m.round.migration.arrived == {"t2": new}
