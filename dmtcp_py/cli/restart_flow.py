@@ -7,25 +7,26 @@ from dmtcp_py import criu_access
 from dmtcp_py.cli import fastargs
 from dmtcp_py.cli.coordinators import Starting, find_or_start
 from dmtcp_py.errors import UserError
-from dmtcp_py.protocol.handshake import Coordinator
 
 
-def coordinator_for(a: fastargs.RestartArgs) -> Coordinator | Starting:
-    """The coordinator of the restart: a connection to the one that answers
-    on a's port (when a allows joining it), else one to start here."""
+def coordinator_for(a: fastargs.RestartArgs) -> Starting | None:
+    """The coordinator of the restart: None when one answers on a's port
+    (and a allows joining it), else one to start here."""
     if (why := criu_access.problem()) is not None:
         raise UserError(f"cannot restore: {why}")
-    return find_or_start(a.host, a.port, join=a.join, new=a.new_coordinator, keep=a.keep)
+    found = find_or_start(a.host, a.port, join=a.join, new=a.new_coordinator, keep=a.keep)
+    if isinstance(found, Starting):
+        return found
+    found.close()  # (it answers: that was the question)
+    return None
 
 
 def run_restart(a: fastargs.RestartArgs) -> int:
-    found = coordinator_for(a)
+    starting = coordinator_for(a)
     try:
         from dmtcp_py.cli.restarting import restart
     except BaseException:
-        if isinstance(found, Starting):
-            found.stop()
-        else:
-            found.close()
+        if starting is not None:
+            starting.stop()
         raise
-    return restart(a, found)
+    return restart(a, starting)

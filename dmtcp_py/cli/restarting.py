@@ -56,36 +56,35 @@ def tree_options(a: fastargs.RestartArgs, m: manifest.Manifest) -> dict[str, boo
             "precopy": precopy}
 
 
-def restart(a: fastargs.RestartArgs, found: Coordinator | Starting) -> int:
-    """Restart the trees in a.images, of one computation, under found
-    (restart_flow.coordinator_for): a connection to the coordinator that
-    answers on a's port, or one to start here, which this begins; the
-    exit code."""
+def restart(a: fastargs.RestartArgs, starting: Starting | None) -> int:
+    """Restart the trees in a.images, of one computation, under the
+    coordinator that answers on a's port or under starting, which this
+    begins (restart_flow.coordinator_for); the exit code."""
     coord_host, coord_port = a.host, a.port
     ckptdir, keep, lazy = a.ckptdir, a.keep, a.lazy
     images, generation = a.images, a.generation
-    starting = found if isinstance(found, Starting) else None
-    joined = None if starting is not None else found
+    claimed: Coordinator | None = None  # the connection that holds the claim
     claim = 0
     try:
         loaded = _checked_images(a, images, generation)
         port = coord_port
         begun = None
-        if joined is not None:
-            if len(loaded) == 1 and not loaded[0][1].sockets:
-                # the coordinator says first that it takes the restart
-                # (claims.py): then CRIU restores while the agent loads
-                m = loaded[0][1]
-                claim = joined.claim_restart(resolve_token(port), tree_id=m.tree_id,
-                                             comp_id=m.comp_id, generation=m.generation,
-                                             num_trees=m.num_trees)
-                deferred_log.hold()  # (what the restore says waits for the agent's log)
-                begun = Restore(*loaded[0], lazy=lazy)
-                begun.prepare()
-                begun.begin()
-                _import(SHARED_WITH_COORDINATOR + AGENT)  # while CRIU restores
-            else:
-                joined.close()  # (it answers: that was the question)
+        if starting is None and len(loaded) == 1 and not loaded[0][1].sockets:
+            # the coordinator says first that it takes the restart
+            # (claims.py): then CRIU restores while the agent loads.  (A
+            # connection of its own: the one that found the coordinator
+            # may have been closed meanwhile, for a hello that did not come
+            # within 10 s of checks.)
+            m = loaded[0][1]
+            claimed = Coordinator(coord_host, coord_port)
+            claim = claimed.claim_restart(resolve_token(port), tree_id=m.tree_id,
+                                          comp_id=m.comp_id, generation=m.generation,
+                                          num_trees=m.num_trees)
+            deferred_log.hold()  # (what the restore says waits for the agent's log)
+            begun = Restore(*loaded[0], lazy=lazy)
+            begun.prepare()
+            begun.begin()
+            _import(SHARED_WITH_COORDINATOR + AGENT)  # while CRIU restores
         if starting is not None:
             starting.bind()  # (a port it cannot have fails the restart before CRIU runs)
             if len(loaded) == 1 and not loaded[0][1].sockets:
@@ -110,8 +109,8 @@ def restart(a: fastargs.RestartArgs, found: Coordinator | Starting) -> int:
     except BaseException:
         if starting is not None:
             starting.stop()  # no agent joined it: it would wait for one for ever
-        else:
-            joined.close()  # (a claim ends with it)
+        if claimed is not None:
+            claimed.close()  # (the claim ends with it)
         deferred_log.release()  # (no log file: its warnings on stderr)
         raise
     token = resolve_token(port)
@@ -127,7 +126,7 @@ def restart(a: fastargs.RestartArgs, found: Coordinator | Starting) -> int:
                            **tree_options(a, m))
 
     if len(loaded) == 1:
-        return _agent(config(*loaded[0]), begun, joined.close if claim else None)
+        return _agent(config(*loaded[0]), begun, claimed.close if claimed else None)
     from dmtcp_py.agent import together
     if together.can_share([m for _, m in loaded]):
         codes = together.run([config(image, m) for image, m in loaded])
