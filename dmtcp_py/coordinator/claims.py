@@ -54,9 +54,11 @@ class Claims:
         return any((c.comp_id, c.generation) != (comp_id, generation)
                    for c in self._by_key.values())
 
-    def joined(self, key: int) -> None:
-        """The claim's agent joined: the coordinator has the tree now."""
-        self._by_key.pop(key, None)
+    def joined(self, key: int, tree_id: str) -> None:
+        """The agent of tree_id that names claim key joined: the coordinator
+        has the tree now (a key of another tree's claim ends nothing)."""
+        if key in self._by_key and self._by_key[key].tree_id == tree_id:
+            del self._by_key[key]
 
     def gone(self, key: int) -> bool:
         """Its connection closed; whether it held a claim."""

@@ -441,7 +441,7 @@ class CoordinatorMachine:
         refusal = self._restart_refusal(hello, now, claim=hello.claim)
         if refusal:
             return refusal
-        self.claims.joined(hello.claim)
+        self.claims.joined(hello.claim, hello.tree_id)
         rnd = self.round
         if rnd is not None and rnd.migration is not None:
             rnd.migration.arrived[agent.tree_id] = agent.agent_id

@@ -42,7 +42,9 @@ def test_claims_end_by_join_by_connection_or_by_age():
     claims.add(3, Claim("c", OLD, 4, since=2.0))
     assert claims.taken("a", 2) and not claims.taken("a", 1) and not claims.taken("z", 0)
     assert not claims.other_than(OLD, 4) and claims.other_than(OLD, 5)
-    claims.joined(1)
+    claims.joined(3, "a")  # (another tree's claim)
+    assert claims.taken("a", 0) and claims.taken("c", 0)
+    claims.joined(1, "a")
     assert not claims.taken("a", 0)
     assert claims.gone(2) and not claims.gone(2)
     assert claims.expire(2.0 + JOIN_WAIT) == []
