@@ -7,8 +7,8 @@ migration) waited for its agent to load (asyncio and the agent's modules,
 welcome says that the restart is wanted, and the restore writes files
 back (written files cut to their checkpoint length, scratch files made
 again), which must never happen under a tree that still runs.  So it asks
-first, on the connection that found the coordinator: a client hello with
-`restart` claims the tree.  The coordinator answers as it would answer the
+first, once the image is checked, on a connection of its own: a client
+hello with `restart` claims the tree.  The coordinator answers as it would answer the
 agent (CoordinatorMachine._restart_refusal) and, if it would take it,
 holds the tree for that connection: no other restart of it is taken,
 nor a restart of another computation or generation.  CRIU then restores
