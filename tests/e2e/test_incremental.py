@@ -167,8 +167,11 @@ def test_a_damaged_parent_is_not_taken_into_the_next_generation(comp, programs, 
     m = json.loads((image / "manifest.json").read_text())
     biggest = max(m["data"], key=lambda name: (image / name).stat().st_size)
     with open(image / biggest, "r+b") as f:  # (same size: no check of sizes sees it)
-        f.seek((image / biggest).stat().st_size // 2)
-        f.write(b"\xff" * 8)
+        middle = (image / biggest).stat().st_size // 2
+        f.seek(middle)
+        flipped = bytes(b ^ 0xFF for b in f.read(8))  # (never the bytes it had)
+        f.seek(middle)
+        f.write(flipped)
     prog.write()
     res = comp.command("-bc", check=False)
     assert res.returncode != 0
