@@ -54,7 +54,6 @@ REJOIN_EVERY = 1.0     # seconds between attempts to reach a coordinator that we
 # it once before it forks their agents, not once in each.
 WARM_UP_AFTER = 0.25
 BEATS_PER_PERIOD = 4   # the machine's tick, this many times per heartbeat
-UNJOINED_END_TIMEOUT = 5.0  # seconds a killed tree that was never registered may take to end
 CHECKPOINT_MODULES = ("pycriu", "psutil", "hashlib", "dmtcp_py.images.checkpoint",
                       "concurrent.futures.thread")
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -256,21 +255,7 @@ class Agent:
         launched one, or one whose restore dmtcp-restart began)."""
         if self.started is not None:
             self.started.listener.close()
-        else:
-            try:
-                pid = await asyncio.get_running_loop().run_in_executor(None, self.begun.wait)
-                self.tree.adopt(pid)
-            except UserError:
-                pass  # nothing restored: nothing to end
-            finally:
-                self.tree.hold_reaping = False
-        if self.tree.root_pid is not None:
-            self.tree.kill()
-            try:
-                await asyncio.wait_for(self.tree.exited.wait(), UNJOINED_END_TIMEOUT)
-            except asyncio.TimeoutError:
-                pass
-            self.tree.reap_all(timeout=1.0)
+        await start.end_unran(self.tree, self.begun if self.started is None else None)
         if self.tree.init_dir is not None:
             init_dir.release(self.tree.init_dir)
 

@@ -29,6 +29,29 @@ def restored_pids(m: Manifest, tree: Tree) -> dict[int, int]:
     return {old: new for old, new in found.items() if new is not None}
 
 
+END_TIMEOUT = 5.0  # seconds a killed tree that never ran may take to end
+
+
+async def end_unran(tree: Tree, begun: Restore | None = None) -> None:
+    """The tree ends before it ever ran: begun's once CRIU is done with it
+    (killed under a restore, its processes would stay zombies CRIU waits
+    on), else the one the agent watches already."""
+    if begun is not None:
+        try:
+            tree.adopt(await asyncio.get_running_loop().run_in_executor(None, begun.wait))
+        except UserError:
+            pass  # nothing restored: nothing to end
+        finally:
+            tree.hold_reaping = False
+    if tree.root_pid is not None:
+        tree.kill()
+        try:
+            await asyncio.wait_for(tree.exited.wait(), END_TIMEOUT)
+        except asyncio.TimeoutError:
+            pass
+        tree.reap_all(timeout=1.0)
+
+
 _background: set[asyncio.Task] = set()  # kept from the garbage collector
 
 
@@ -55,11 +78,11 @@ async def _lazy_tree(pages_checked: asyncio.Future, pager: criu_driver.LazyPages
 
 async def restore(cfg: AgentConfig, tree: Tree, net: Network, reach_ip: str,
                   begun: Restore | None = None) -> list:
-    """Files, sockets, then CRIU: the image's tree runs again (stopped in
-    its shims until the round releases it), or begun's, which dmtcp-restart
-    began before this agent loaded (the tree's reaping is held since).
-    Returns the relays of its stdio, to stop when the agent ends.
-    UserError says what failed."""
+    """Files, then CRIU, and the sockets while CRIU restores: the image's
+    tree runs again (stopped in its shims until the round releases it), or
+    begun's, which dmtcp-restart began before this agent loaded (the
+    tree's reaping is held since).  Returns the relays of its stdio, to
+    stop when the agent ends.  UserError says what failed."""
     m, image = cfg.manifest, cfg.image
     assert m is not None and image is not None
     loop = asyncio.get_running_loop()
@@ -69,13 +92,18 @@ async def restore(cfg: AgentConfig, tree: Tree, net: Network, reach_ip: str,
             begun.prepare()
         finally:
             tree.init_dir = begun.init_dir  # (released by the agent, also on failure)
-        if m.sockets:
-            try:
-                await net.recreate(m.sockets, image, reach_ip)
-            except Exception as exc:
-                raise UserError(f"cannot make the network connections again: {exc}") from None
         tree.hold_reaping = True  # CRIU's processes are not the tree's to reap
         await loop.run_in_executor(None, begun.begin)
+    if m.sockets:
+        # CRIU needs none of them: the restored processes hold placeholders
+        # and wait in their shims for the sockets, which are handed over
+        # once the agent listens.  Made while CRIU restores, a connection's
+        # wait for its peer's agent no longer comes before the restore.
+        try:
+            await net.recreate(m.sockets, image, reach_ip)
+        except Exception as exc:
+            await end_unran(tree, begun)
+            raise UserError(f"cannot make the network connections again: {exc}") from None
     assert begun.handover is not None
     for relay in begun.handover.relays:
         relay.start(loop)

@@ -1,9 +1,11 @@
 """What dmtcp-restart does, however its command line was read.
 
-Restarting one tree with no sockets to make again, under a coordinator it
-starts itself or under one that runs already and took the restart's claim
-(coordinator/claims.py), CRIU restores while the agent's modules load
-(agent/restoring.py): they are imported only once it runs.  Until CRIU
+Restarting one tree, under a coordinator it starts itself or under one
+that runs already and took the restart's claim (coordinator/claims.py),
+CRIU restores while the agent's modules load (agent/restoring.py): they
+are imported only once it runs.  A tree's sockets are made again by its
+agent once it joined, while CRIU restores (agent/start.py): the restored
+processes wait in their shims for them.  Until CRIU
 runs, this module and what it calls load only what the checks and the
 restore need: no asyncio, logging (deferred_log), dataclasses (records
 are made without it: frozen.py), typing, concurrent.futures or shutil,
@@ -69,7 +71,7 @@ def restart(a: fastargs.RestartArgs, starting: Starting | None) -> int:
         loaded = _checked_images(a, images, generation)
         port = coord_port
         begun = None
-        if starting is None and len(loaded) == 1 and not loaded[0][1].sockets:
+        if starting is None and len(loaded) == 1:
             # the coordinator says first that it takes the restart
             # (claims.py): then CRIU restores while the agent loads.  (A
             # connection of its own: the one that found the coordinator
@@ -87,7 +89,7 @@ def restart(a: fastargs.RestartArgs, starting: Starting | None) -> int:
             _import(SHARED_WITH_COORDINATOR + AGENT)  # while CRIU restores
         if starting is not None:
             starting.bind()  # (a port it cannot have fails the restart before CRIU runs)
-            if len(loaded) == 1 and not loaded[0][1].sockets:
+            if len(loaded) == 1:
                 # a fresh coordinator refuses no tree: nothing is put back
                 # for a restart it then turns down
                 deferred_log.hold()  # (what the restore says waits for the agent's log)

@@ -26,7 +26,11 @@ DMTCP_TMPDIR, the test program) and is removed at the end, also on failure
 or Ctrl-C; only processes started here are killed, by pid.  Coordinators use
 ports 7950-7999.  Progress goes to stderr, the table to stdout.
 
-    .venv/bin/python scripts/bench/bench_checkpoint.py [--size-mib 1024] [--runs 3]
+With --tcp the program holds a loopback TCP connection to itself and its
+listening socket, as an MPI rank holds its peers' (raw CRIU dumps and
+restores it with --tcp-established).
+
+    .venv/bin/python scripts/bench/bench_checkpoint.py [--size-mib 1024] [--runs 3] [--tcp]
 """
 from __future__ import annotations
 
@@ -65,19 +69,44 @@ BIN = Path(sys.executable).parent
 # of each tick to the file argv[2] (opened and closed at every tick: a file
 # it held open would have grown since the dump, and CRIU refuses to restore
 # a file whose size changed).  The first tick after a restart began is when
-# the program ran again.
+# the program ran again.  With a third argument "tcp" it first makes a
+# loopback TCP connection to itself and keeps it and its listening socket
+# open, as an MPI rank holds its peers': a restart then has sockets to make
+# again (raw CRIU: --tcp-established).
 PROGRAM_C = r"""
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 uint64_t *volatile keep;    /* the buffer escapes: no store is optimised away */
 
+static int hold_tcp(void)   /* a listener and both ends of one connection */
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t n = sizeof(a);
+    int one = 1, l = socket(AF_INET, SOCK_STREAM, 0), c = socket(AF_INET, SOCK_STREAM, 0);
+
+    /* as servers do: else the killed program's connection in TIME_WAIT
+       keeps the port from a restored listener (raw CRIU then fails) */
+    if (l < 0 || c < 0 || setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+        bind(l, (struct sockaddr *)&a, n) || listen(l, 1) ||
+        getsockname(l, (struct sockaddr *)&a, &n) || connect(c, (struct sockaddr *)&a, n))
+        return -1;
+    return accept(l, NULL, NULL) < 0 ? -1 : 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 3 && strcmp(argv[3], "tcp") == 0 && hold_tcp()) {
+        perror("tcp");
+        return 1;
+    }
     size_t words = strtoull(argc > 1 ? argv[1] : "64", NULL, 10) * (1 << 20) / 8;
     uint64_t x = 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
     uint64_t *buf = malloc(words * 8);
@@ -397,11 +426,13 @@ def start_ours(ws: Workspace, argv: list[str], out: Path, what: str) -> Computat
     return Computation(port, agent)
 
 
-def launch(ws: Workspace, program: Path, size_mib: int, ckptdir: Path) -> Computation:
+def launch(ws: Workspace, program: Path, size_mib: int, ckptdir: Path,
+           tcp: bool = False) -> Computation:
     out = ws.base / "launch.out"
     out.unlink(missing_ok=True)   # left by the previous round
     comp = start_ours(ws, ["dmtcp-launch", "--ckptdir", str(ckptdir), str(program),
-                           str(size_mib), str(ws.base / OUR_TICKS)], out, "the launched program")
+                           str(size_mib), str(ws.base / OUR_TICKS), *tcp_arg(tcp)], out,
+                      "the launched program")
     wait_until(lambda: printed_ready(out), "the launched program to be ready", READY_TIMEOUT)
     return comp
 
@@ -457,27 +488,39 @@ def criu_seconds(stats: Path, kind: str, key: str) -> float:
 
 # ---- raw CRIU ----------------------------------------------------------------------
 
-def start_direct(ws: Workspace, program: Path, size_mib: int) -> subprocess.Popen:
+def tcp_arg(tcp: bool) -> list[str]:
+    """The program's argument for holding a TCP connection."""
+    return ["tcp"] if tcp else []
+
+
+def raw_tcp(tcp: bool) -> list[str]:
+    """Raw CRIU's options for a program holding a TCP connection (no
+    iptables here to lock the network with)."""
+    return ["--tcp-established", "--network-lock", "skip"] if tcp else []
+
+
+def start_direct(ws: Workspace, program: Path, size_mib: int,
+                 tcp: bool = False) -> subprocess.Popen:
     """The same program outside our control, in its own session with no
     terminal, so CRIU needs no --shell-job."""
     out = ws.base / "direct.out"
     out.unlink(missing_ok=True)   # left by the previous round
-    proc = ws.spawn([str(program), str(size_mib), str(ws.base / RAW_TICKS)], out,
-                    start_new_session=True)
+    proc = ws.spawn([str(program), str(size_mib), str(ws.base / RAW_TICKS), *tcp_arg(tcp)],
+                    out, start_new_session=True)
     wait_until(lambda: printed_ready(out), "the direct program to be ready", READY_TIMEOUT)
     return proc
 
 
-def raw_dump(pid: int, images: Path) -> None:
+def raw_dump(pid: int, images: Path, tcp: bool = False) -> None:
     images.mkdir()
     run_checked([criu_binary(), "dump", "-t", str(pid), "-D", str(images), "--leave-running",
-                 "-o", "dump.log"])
+                 "-o", "dump.log", *raw_tcp(tcp)])
 
 
-def raw_restore(images: Path) -> int:
+def raw_restore(images: Path, tcp: bool = False) -> int:
     pidfile = images / "restored.pid"
     run_checked([criu_binary(), "restore", "-D", str(images), "-d", "-o", "restore.log",
-                 "--pidfile", str(pidfile)])
+                 "--pidfile", str(pidfile), *raw_tcp(tcp)])
     return int(pidfile.read_text())
 
 
@@ -513,9 +556,10 @@ def checkpoint_ours(comp: Computation, samples: Samples, warm_mib: int) -> None:
     progress(f"  ours: checkpoint {wall:.3f} s (coordinator says {reported:.3f} s)")
 
 
-def dump_raw(direct: subprocess.Popen, images: Path, samples: Samples, warm_mib: int) -> None:
+def dump_raw(direct: subprocess.Popen, images: Path, samples: Samples, warm_mib: int,
+             tcp: bool = False) -> None:
     settle(warm_mib)
-    dump_s = timed(raw_dump, direct.pid, images)[0]
+    dump_s = timed(raw_dump, direct.pid, images, tcp)[0]
     fsync_s = timed(fsync_all, images)[0]   # what publication does to make our images durable
     samples.add("raw_dump", dump_s)
     samples.add("raw_dump_fsync", dump_s + fsync_s)
@@ -575,10 +619,11 @@ def restart_lazy(ws: Workspace, image: Path, samples: Samples, warm_mib: int) ->
     stop(comp)
 
 
-def restore_raw(ws: Workspace, images: Path, samples: Samples, warm_mib: int) -> psutil.Process:
+def restore_raw(ws: Workspace, images: Path, samples: Samples, warm_mib: int,
+                tcp: bool = False) -> psutil.Process:
     settle(warm_mib)
     start = time.time()
-    seconds, pid = timed(raw_restore, images)
+    seconds, pid = timed(raw_restore, images, tcp)
     ran = first_tick_after(ws.base / RAW_TICKS, start)
     samples.add("raw_restore", seconds)
     samples.add("raw_restore_tick", ran)
@@ -609,21 +654,21 @@ def measure_dd(ws: Workspace, size_mib: int, samples: Samples) -> None:
 
 
 def one_round(ws: Workspace, program: Path, size_mib: int, ours_first: bool,
-              samples: Samples) -> None:
+              samples: Samples, tcp: bool = False) -> None:
     ckptdir, images = ws.base / "ckpt", ws.base / "raw"
-    comp = launch(ws, program, size_mib, ckptdir)
-    direct = start_direct(ws, program, size_mib)
+    comp = launch(ws, program, size_mib, ckptdir, tcp)
+    direct = start_direct(ws, program, size_mib, tcp)
     samples.add("cli", timed(command, comp.port, "-s")[0])
     warm = size_mib     # as much as the images, or the restored memory, take (settle)
     in_order(ours_first, lambda: checkpoint_ours(comp, samples, warm),
-             lambda: dump_raw(direct, images, samples, warm))
+             lambda: dump_raw(direct, images, samples, warm, tcp))
     stop(comp)
     direct.kill()        # the restored processes take the same pids
     direct.wait(EXIT_TIMEOUT)
     image = image_of(ckptdir)
     samples.image_bytes = sum(f.stat().st_size for f in image.iterdir())
     comp, restored = in_order(ours_first, lambda: restart_ours(ws, image, samples, warm),
-                              lambda: restore_raw(ws, images, samples, warm))
+                              lambda: restore_raw(ws, images, samples, warm, tcp))
     stop(comp)
     _kill(restored)
     restart_lazy(ws, image, samples, warm)
@@ -633,12 +678,13 @@ def one_round(ws: Workspace, program: Path, size_mib: int, ours_first: bool,
     _remove(images)
 
 
-def run_rounds(ws: Workspace, program: Path, size_mib: int, runs: int) -> Samples:
+def run_rounds(ws: Workspace, program: Path, size_mib: int, runs: int,
+               tcp: bool = False) -> Samples:
     samples = Samples()
     for index in range(runs):
         ours_first = index % 2 == 0
         progress(f"round {index + 1} of {runs} ({'ours' if ours_first else 'raw CRIU'} first)")
-        one_round(ws, program, size_mib, ours_first, samples)
+        one_round(ws, program, size_mib, ours_first, samples, tcp)
     return samples
 
 
@@ -697,6 +743,8 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size-mib", type=int, default=1024, help="memory of the test process")
     p.add_argument("--runs", type=int, default=3, help="rounds of measurements")
+    p.add_argument("--tcp", action="store_true",
+                   help="the program holds a loopback TCP connection (and its listener)")
     p.add_argument("--keep-logs", action="store_true",
                    help="keep the agent, coordinator and CRIU logs (the run directory)")
     args = p.parse_args()
@@ -745,7 +793,8 @@ def main() -> int:
 
     def work() -> str:
         program = compile_program(ws.base)
-        return table(run_rounds(ws, program, args.size_mib, args.runs), args.size_mib, args.runs)
+        return table(run_rounds(ws, program, args.size_mib, args.runs, args.tcp),
+                     args.size_mib, args.runs)
 
     return run_guarded("bench_checkpoint", ws, work)
 

@@ -2,7 +2,8 @@
 (cli/restarting.py): the agent's modules, asyncio and the coordinator it
 starts load while CRIU restores, and the restarted program still runs.
 Under a coordinator that runs already, the restart claims its tree first
-(coordinator/claims.py): one it refuses touches nothing."""
+(coordinator/claims.py): one it refuses touches nothing.  A tree's sockets
+are made again while CRIU restores (agent/start.py)."""
 from __future__ import annotations
 
 import os
@@ -34,11 +35,18 @@ main()
 """
 
 
-def _restart_noting_modules(noted, *args: str) -> subprocess.Popen:
+def _restart_noting_modules(noted, *args: str, stdout=subprocess.DEVNULL) -> subprocess.Popen:
     return subprocess.Popen(
         [os.path.join(os.path.dirname(tool("dmtcp-restart")), "python"), "-c", AT_CRIU,
-         str(noted), *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+         str(noted), *args], stdin=subprocess.DEVNULL, stdout=stdout,
         stderr=subprocess.PIPE)
+
+
+def _began_light(noted) -> None:
+    """CRIU's restore began before the heavy modules were loaded."""
+    loaded = set(noted.read_text().split())
+    assert "dmtcp_py.agent.restoring" in loaded  # (noted where the restore began)
+    assert not loaded & set(RESTART_BEFORE_CRIU), sorted(loaded & set(RESTART_BEFORE_CRIU))
 
 
 @pytest.mark.parametrize("coordinator", ["its own", "running"])
@@ -60,9 +68,50 @@ def test_criu_restores_before_the_heavy_modules_load(comp, programs, tmp_path, c
                        capture_output=True, timeout=TIMEOUT)
         restarted.wait(timeout=TIMEOUT)
         restarted.stderr.close()
-    loaded = set(noted.read_text().split())
-    assert "dmtcp_py.agent.restoring" in loaded  # (noted where the restore began)
-    assert not loaded & set(RESTART_BEFORE_CRIU), sorted(loaded & set(RESTART_BEFORE_CRIU))
+    _began_light(noted)
+
+
+def test_connected_trees_restore_while_their_agents_load(comp, programs, tmp_path):
+    """A server and its client, two trees, each restarted by a
+    dmtcp-restart of its own under the running coordinator: CRIU restores
+    each before its agent loads, the agents make the connection again
+    while CRIU restores, and the stream goes on from where it was, every
+    counter checked by net_stream (a lost or doubled byte fails it)."""
+    ticks_wanted = "300"
+    where = ["127.0.0.1", str(free_port())]
+    server, sout = comp.launch(*programs["net_stream"], "server", *where, ticks_wanted, "10")
+    wait_for(lambda: sout.exists() and "listening" in sout.read_text(), what="the server")
+    client, _ = comp.launch(*programs["net_stream"], "client", *where, ticks_wanted, "10")
+    comp.wait_peers(2)
+    wait_for(lambda: sout.read_text().count("tick") >= 20, what="traffic")
+    comp.checkpoint()
+    comp.command("-k")
+    assert server.wait(timeout=TIMEOUT) != 0 and client.wait(timeout=TIMEOUT) != 0
+    images = comp.images()
+    assert len(images) == 2
+    restarted = []
+    try:
+        for i, image in enumerate(images):
+            with open(tmp_path / f"out-{i}", "w") as out:
+                restarted.append(_restart_noting_modules(
+                    tmp_path / f"at-criu-{i}", "--join", "-p", str(comp.port), str(image),
+                    stdout=out))
+        for proc in restarted:
+            _, err = proc.communicate(timeout=TIMEOUT)
+            assert proc.returncode == 0, err
+            assert b"FAIL" not in err, err
+    finally:
+        for proc in restarted:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stderr.close()
+    done = sorted(line.split()[2] for i in range(2)
+                  for line in (tmp_path / f"out-{i}").read_text().splitlines()
+                  if line.startswith("done"))
+    assert done == ["client", "server"]
+    for i in range(2):
+        _began_light(tmp_path / f"at-criu-{i}")
 
 
 def test_a_restart_refused_while_its_tree_runs_touches_nothing(comp, programs, tmp_path):
