@@ -25,3 +25,11 @@ class AgentConfig:
     lazy: bool = False                  # restart: memory pages on demand (criu lazy-pages)
     claim: int = 0                      # restart: the tree's claim (coordinator/claims.py)
     keep: int | None = None             # previous generations kept (None: the coordinator's)
+
+
+def agents_can_share(manifests: list[Manifest]) -> bool:
+    """Whether these restored trees' agents may run in one process
+    (agent/together.py): several trees, each in a PID namespace of its
+    own.  An orphan of a tree without one comes back to the agents'
+    process, and nothing would say whose it is."""
+    return len(manifests) > 1 and all(m.pid_namespace for m in manifests)

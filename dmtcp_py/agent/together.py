@@ -22,29 +22,26 @@ what they name:
   stopped).
 
 Only trees that each run in a PID namespace of their own share a
-process: an orphan of a tree without one comes back to the process, and
-nothing would say whose it is."""
+process (config.agents_can_share).  dmtcp-restart may have begun their
+restores already (cli/restarting.py), each claimed under a running
+coordinator."""
 from __future__ import annotations
 
 import asyncio
 import contextvars
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from dmtcp_py import logs
 from dmtcp_py.agent.config import AgentConfig
+from dmtcp_py.agent.restoring import Restore
 from dmtcp_py.agent.runner import Agent, restart_log_name
 from dmtcp_py.errors import UserError, say
-from dmtcp_py.images.manifest import Manifest
 
 log = logging.getLogger("agent")
 
 THREADS_PER_TREE = 4  # an agent's blocking jobs at once, at most (CRIU, files, seal, flush)
-
-
-def can_share(manifests: list[Manifest]) -> bool:
-    """Whether these trees' agents may run in one process (module doc)."""
-    return len(manifests) > 1 and all(m.pid_namespace for m in manifests)
 
 
 class _ContextExecutor(ThreadPoolExecutor):
@@ -56,25 +53,30 @@ class _ContextExecutor(ThreadPoolExecutor):
         return super().submit(contextvars.copy_context().run, fn, *args, **kwargs)
 
 
-def run(configs: list[AgentConfig]) -> list[int]:
+def run(configs: list[AgentConfig], begun: list[Restore] | None = None,
+        claim_ends: list[Callable[[], None]] | None = None) -> list[int]:
     """Every tree's agent until each has ended: what each one's run()
-    returned (1 for one that failed), in the order given."""
+    returned (1 for one that failed), in the order given.  begun: each
+    tree's restore, if dmtcp-restart began them; claim_ends: what ends
+    each tree's claim, if it made them."""
     logs.setup(restart_log_name(configs[0]))  # (and what no agent's context logs)
-    return asyncio.run(_all(configs))
+    return asyncio.run(_all(configs, begun or [None] * len(configs),
+                            claim_ends or [None] * len(configs)))
 
 
-async def _all(configs: list[AgentConfig]) -> list[int]:
+async def _all(configs: list[AgentConfig], begun: list, claim_ends: list) -> list[int]:
     asyncio.get_running_loop().set_default_executor(
         _ContextExecutor(max_workers=THREADS_PER_TREE * len(configs) + 4,
                          thread_name_prefix="agent"))
-    return list(await asyncio.gather(*(_one(cfg, own_log=k > 0)
+    return list(await asyncio.gather(*(_one(cfg, k > 0, begun[k], claim_ends[k])
                                        for k, cfg in enumerate(configs))))
 
 
-async def _one(cfg: AgentConfig, own_log: bool) -> int:
+async def _one(cfg: AgentConfig, own_log: bool, begun: Restore | None,
+               claim_ends: Callable[[], None] | None) -> int:
     if own_log:
         logs.own_file(restart_log_name(cfg))
-    agent = Agent(cfg, shared=True)
+    agent = Agent(cfg, begun=begun, shared=True, claim_ends=claim_ends)
     try:
         return await agent.run()
     except UserError as exc:

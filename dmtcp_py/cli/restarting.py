@@ -1,8 +1,9 @@
 """What dmtcp-restart does, however its command line was read.
 
-Restarting one tree, under a coordinator it starts itself or under one
-that runs already and took the restart's claim (coordinator/claims.py),
-CRIU restores while the agent's modules load (agent/restoring.py): they
+Restarting one tree, or several whose agents share this process
+(agent/together.py), under a coordinator it starts itself or under one
+that runs already and took each tree's claim (coordinator/claims.py),
+CRIU restores while the agents' modules load (agent/restoring.py): they
 are imported only once it runs.  A tree's sockets are made again by its
 agent once it joined, while CRIU restores (agent/start.py): the restored
 processes wait in their shims for them.  Until CRIU
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from dmtcp_py import deferred_log
 from dmtcp_py.agent import stdio
-from dmtcp_py.agent.config import AgentConfig
+from dmtcp_py.agent.config import AgentConfig, agents_can_share
 from dmtcp_py.agent.restoring import Restore
 from dmtcp_py.cli import fastargs
 from dmtcp_py.cli.coordinators import Starting, exit_code
@@ -65,54 +66,53 @@ def restart(a: fastargs.RestartArgs, starting: Starting | None) -> int:
     coord_host, coord_port = a.host, a.port
     ckptdir, keep, lazy = a.ckptdir, a.keep, a.lazy
     images, generation = a.images, a.generation
-    claimed: Coordinator | None = None  # the connection that holds the claim
-    claim = 0
+    claimed: list[Coordinator] = []  # the connections that hold the claims
+    claims: dict[str, int] = {}      # tree id -> its claim
+    begun: list[Restore] = []
     try:
         loaded = _checked_images(a, images, generation)
         port = coord_port
-        begun = None
-        if starting is None and len(loaded) == 1:
-            # the coordinator says first that it takes the restart
-            # (claims.py): then CRIU restores while the agent loads.  (A
-            # connection of its own: the one that found the coordinator
-            # may have been closed meanwhile, for a hello that did not come
-            # within 10 s of checks.)
-            m = loaded[0][1]
-            claimed = Coordinator(coord_host, coord_port)
-            claim = claimed.claim_restart(resolve_token(port), tree_id=m.tree_id,
-                                          comp_id=m.comp_id, generation=m.generation,
-                                          num_trees=m.num_trees)
+        # CRIU restores while the agents load where this process becomes
+        # their parent: one tree's, or several sharing it (together.py)
+        early = len(loaded) == 1 or agents_can_share([m for _, m in loaded])
+        if starting is None and early:
+            # the coordinator says first that it takes each tree's restart
+            # (claims.py).  (Connections of their own: the one that found
+            # the coordinator may have been closed meanwhile, for a hello
+            # that did not come within 10 s of checks.)
+            for _, m in loaded:
+                claimed.append(Coordinator(coord_host, coord_port))
+                claims[m.tree_id] = claimed[-1].claim_restart(
+                    resolve_token(port), tree_id=m.tree_id, comp_id=m.comp_id,
+                    generation=m.generation, num_trees=m.num_trees)
             deferred_log.hold()  # (what the restore says waits for the agent's log)
-            begun = Restore(*loaded[0], lazy=lazy)
-            begun.prepare()
-            begun.begin()
+            begun = _begin(loaded, lazy)
             _import(SHARED_WITH_COORDINATOR + AGENT)  # while CRIU restores
         if starting is not None:
             starting.bind()  # (a port it cannot have fails the restart before CRIU runs)
-            if len(loaded) == 1:
+            if early:
                 # a fresh coordinator refuses no tree: nothing is put back
                 # for a restart it then turns down
                 deferred_log.hold()  # (what the restore says waits for the agent's log)
-                begun = Restore(*loaded[0], lazy=lazy)
-                begun.prepare()
-                begun.begin(check=False)
+                begun = _begin(loaded, lazy, check=False)
             _import(SHARED_WITH_COORDINATOR)
             starting.begin()
-            if begun is not None:
-                if not begun.lazy:
-                    begun.check_pages()
+            for restore in begun:
+                if not restore.lazy:
+                    restore.check_pages()
+            if begun:
                 _import(AGENT)  # while CRIU restores
             try:
                 port = starting.wait()
             except UserError:
-                if begun is not None:
-                    begun.abandon()
+                for restore in begun:
+                    restore.abandon()
                 raise
     except BaseException:
         if starting is not None:
             starting.stop()  # no agent joined it: it would wait for one for ever
-        if claimed is not None:
-            claimed.close()  # (the claim ends with it)
+        for connection in claimed:
+            connection.close()  # (the claim ends with it)
         deferred_log.release()  # (no log file: its warnings on stderr)
         raise
     token = resolve_token(port)
@@ -124,14 +124,16 @@ def restart(a: fastargs.RestartArgs, starting: Starting | None) -> int:
         return AgentConfig(coord_host=coord_host, coord_port=port, token=token,
                            ckptdir=Path(ckptdir).resolve() if ckptdir else home_dir(image),
                            tree_id=m.tree_id, program=m.program, argv=m.argv,
-                           image=image, manifest=m, lazy=lazy, keep=keep, claim=claim,
-                           **tree_options(a, m))
+                           image=image, manifest=m, lazy=lazy, keep=keep,
+                           claim=claims.get(m.tree_id, 0), **tree_options(a, m))
 
+    ends = [connection.close for connection in claimed]
     if len(loaded) == 1:
-        return _agent(config(*loaded[0]), begun, claimed.close if claimed else None)
-    from dmtcp_py.agent import together
-    if together.can_share([m for _, m in loaded]):
-        codes = together.run([config(image, m) for image, m in loaded])
+        return _agent(config(*loaded[0]), begun[0] if begun else None,
+                      ends[0] if ends else None)
+    if early:
+        from dmtcp_py.agent import together
+        codes = together.run([config(image, m) for image, m in loaded], begun, ends)
         return next((exit_code(code) for code in codes if code), 0)
     from dmtcp_py.agent.runner import import_checkpoint_modules
     from dmtcp_py.protocol.messages import look_up_field_types
@@ -162,6 +164,22 @@ def restart(a: fastargs.RestartArgs, starting: Starting | None) -> int:
         code = exit_code(os.waitstatus_to_exitcode(status))
         worst = worst or code
     return worst
+
+
+def _begin(loaded: list[tuple[Path, manifest.Manifest]], lazy: bool,
+           check: bool = True) -> list[Restore]:
+    """Every tree's files put back, then CRIU begun for each, then (check)
+    the check of each one's pages (restoring.Restore): none is begun if
+    one cannot be put back, and no CRIU waits for a check's start."""
+    restores = [Restore(image, m, lazy=lazy) for image, m in loaded]
+    for restore in restores:
+        restore.prepare()
+    for restore in restores:
+        restore.begin(check=False)
+    for restore in restores:
+        if check and not restore.lazy:
+            restore.check_pages()
+    return restores
 
 
 def _checked_images(a: fastargs.RestartArgs, images: list[str],

@@ -15,6 +15,7 @@ import pytest
 
 from dmtcp_py import logs
 from dmtcp_py.agent import signals, together
+from dmtcp_py.agent.config import agents_can_share
 from dmtcp_py.errors import UserError
 from dmtcp_py.paths import run_dir
 from tests.unit.test_images import make_manifest
@@ -25,9 +26,9 @@ WAIT = 10.0  # seconds a signal may take to be heard (never asserted as a speed)
 def test_only_trees_with_pid_namespaces_of_their_own_share_a_process():
     own = dataclasses.replace(make_manifest(), pid_namespace=True)
     host = dataclasses.replace(make_manifest(), pid_namespace=False)
-    assert together.can_share([own, own])
-    assert not together.can_share([own])          # one tree: its own agent, as ever
-    assert not together.can_share([own, host])    # an orphan of host's would be no one's
+    assert agents_can_share([own, own])
+    assert not agents_can_share([own])          # one tree: its own agent, as ever
+    assert not agents_can_share([own, host])    # an orphan of host's would be no one's
 
 
 async def _until(predicate) -> None:
@@ -101,10 +102,12 @@ def test_each_agents_records_go_to_its_own_file(tmp_path, monkeypatch, root_logg
 class _StubAgent:
     """runner.Agent's part that together.py uses: run(), let_go()."""
     log: list[str] = []
+    given: list[tuple] = []  # (tree, its restore begun, what ends its claim)
 
-    def __init__(self, cfg, shared: bool) -> None:
+    def __init__(self, cfg, shared: bool, begun=None, claim_ends=None) -> None:
         assert shared
         self.name = cfg.tree_id
+        _StubAgent.given.append((cfg.tree_id, begun, claim_ends))
 
     async def run(self) -> int:
         await asyncio.sleep(0.01)
@@ -123,13 +126,20 @@ def test_an_agent_that_fails_lets_go_and_the_others_go_on(tmp_path, monkeypatch,
                                                           root_logger):
     monkeypatch.setenv("DMTCP_TMPDIR", str(tmp_path))
     monkeypatch.setattr(together, "Agent", _StubAgent)
-    _StubAgent.log = []
+    _StubAgent.log, _StubAgent.given = [], []
     configs = [dataclasses.make_dataclass("Cfg", ["tree_id", "image"])(name, f"/i/{name}")
                for name in ("good", "bad", "refused", "three")]
     assert together.run(configs) == [0, 1, 1, 3]
     assert sorted(_StubAgent.log) == ["bad let go", "good ran", "refused let go", "three ran"]
+    assert all(begun is None and ends is None for _, begun, ends in _StubAgent.given)
     err = capfd.readouterr().err.splitlines()
     assert "dmtcp-restart: error: cannot restart it" in err
+    # restores dmtcp-restart began, and the claims it made, each to its own tree's agent
+    _StubAgent.given = []
+    together.run(configs, [f"restore of {c.tree_id}" for c in configs],
+                 [f"claim of {c.tree_id}" for c in configs])
+    assert sorted(_StubAgent.given) == sorted(
+        (c.tree_id, f"restore of {c.tree_id}", f"claim of {c.tree_id}") for c in configs)
     assert any(line.startswith("dmtcp-restart: error: the agent of /i/bad failed (see ")
                for line in err)
     # (the traceback is in that tree's own log)
