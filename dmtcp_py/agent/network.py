@@ -26,7 +26,7 @@ import socket
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from dmtcp_py.agent import drain, fdtable, holding, udp
+from dmtcp_py.agent import drain, fdtable, holding, time_wait, udp
 from dmtcp_py.agent.fdtable import SocketEntry
 from dmtcp_py.agent.shimlink import ShimLink
 from dmtcp_py.errors import say
@@ -570,16 +570,15 @@ class Network:
     def _bind(self, sock: socket.socket, family: int, local: tuple[str, int]) -> None:
         """The old port, on this host's equivalent of the old address; when
         it is taken (trees that used one port on their own hosts, now on
-        one host), another port, with a warning."""
+        one host), another port, with a warning.  A TCP port that only the
+        killed tree's connections in TIME_WAIT hold is taken back."""
         where = _local_address(family, local)
-        try:
-            sock.bind(where)
-        except OSError as exc:
-            if exc.errno != errno.EADDRINUSE:
-                raise
-            sock.bind((where[0], 0))
-            self.warnings.append(f"port {where[1]} is taken here: the socket that was bound "
-                                 f"to {address_text(local)} is now on port {sock.getsockname()[1]}")
+        if _bound(sock, where) or (sock.type == socket.SOCK_STREAM and time_wait.end(
+                family, where[0], where[1]) and _bound(sock, where)):
+            return
+        sock.bind((where[0], 0))
+        self.warnings.append(f"port {where[1]} is taken here: the socket that was bound "
+                             f"to {address_text(local)} is now on port {sock.getsockname()[1]}")
 
     async def _recreate_udp(self, row: SocketRow, image_dir: Path, reach_ip: str) -> socket.socket:
         """A datagram socket: the same port, published under its old
@@ -713,6 +712,17 @@ def _is_here(family: int, ip: str) -> bool:
         return False
     finally:
         probe.close()
+
+
+def _bound(sock: socket.socket, where: tuple) -> bool:
+    """Bound to where; False if another socket has it."""
+    try:
+        sock.bind(where)
+        return True
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        return False
 
 
 def _local_address(family: int, local: tuple[str, int]) -> tuple:

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 from dmtcp_py.agent import fdtable, sockdiag
-from dmtcp_py.agent.sockdiag import (NETLINK_SOCK_DIAG, NLM_F_REQUEST, SOCK_DIAG_BY_FAMILY,
-                                     _NLMSGHDR, _RTA, _align, _answers)
+from dmtcp_py.agent.sockdiag import (NETLINK_SOCK_DIAG, NLM_F_REQUEST, NLMSG_ERROR,
+                                     SOCK_DIAG_BY_FAMILY, _NLMSGHDR, _RTA, _align, _answers)
 
 NLM_F_DUMP = 0x300
 NLMSG_DONE = 3
@@ -30,7 +30,8 @@ INET_DIAG_INFO = 2
 _REQ = struct.Struct("=BBBBI4x16s16sI8x")
 # struct inet_diag_msg {u8 family, state, timer, retrans; sockid; u32 expires,
 #   rqueue, wqueue, uid, inode}
-_MSG = struct.Struct("=BBBB2s2s16s16sI8xIIIII")
+MSG = struct.Struct("=BBBB2s2s16s16sI8sIIIII")
+SOCKID_AT, SOCKID_SIZE = 4, 48  # (where in MSG the inet_diag_sockid is, and its size)
 # struct tcp_info: tcpi_bytes_acked and tcpi_bytes_received (u64) at 120, 128
 _BYTES = struct.Struct("=QQ")
 _BYTES_AT = 120
@@ -53,9 +54,8 @@ def _address(family: int, raw: bytes, port: bytes) -> str:
     return f"{ip}:{int.from_bytes(port, 'big')}"
 
 
-def _request(family: int) -> bytes:
-    body = _REQ.pack(family, socket.IPPROTO_TCP, 1 << (INET_DIAG_INFO - 1), 0,
-                     1 << TCP_ESTABLISHED, b"", b"", 0)
+def _request(family: int, states: int, ext: int) -> bytes:
+    body = _REQ.pack(family, socket.IPPROTO_TCP, ext, 0, states, b"", b"", 0)
     return _NLMSGHDR.pack(_NLMSGHDR.size + len(body), SOCK_DIAG_BY_FAMILY,
                           NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + body
 
@@ -72,12 +72,15 @@ def _info(attrs: memoryview) -> tuple[int, int] | None:
     return None
 
 
-def _dump(family: int) -> Iterator[tuple[int, Flow]]:
+def dump(family: int, states: int, ext: int = 0) -> Iterator[memoryview]:
+    """The inet_diag_msg (MSG, then its attributes, asked for with ext) of
+    every TCP socket of this network namespace in states (a mask of
+    1 << TCP state), of family.  OSError."""
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
                        NETLINK_SOCK_DIAG) as sock:
         sock.bind((0, 0))
         sock.settimeout(5.0)
-        sock.sendall(_request(family))
+        sock.sendall(_request(family, states, ext))
         buf = bytearray(65536)
         while True:
             n = sock.recv_into(buf)
@@ -86,14 +89,19 @@ def _dump(family: int) -> Iterator[tuple[int, Flow]]:
             for kind, _seq, payload in _answers(memoryview(buf)[:n]):
                 if kind == NLMSG_DONE:
                     return
-                if kind != SOCK_DIAG_BY_FAMILY or len(payload) < _MSG.size:
-                    continue
-                fam, _st, _t, _r, sport, dport, src, dst, _if, _e, _rq, _wq, _uid, ino = \
-                    _MSG.unpack_from(payload)
-                counters = _info(payload[_MSG.size:])
-                if counters is None:
-                    continue
-                yield ino, Flow(_address(fam, src, sport), _address(fam, dst, dport), *counters)
+                if kind == NLMSG_ERROR:
+                    raise OSError(-struct.unpack_from("=i", payload)[0], "sock_diag dump refused")
+                if kind == SOCK_DIAG_BY_FAMILY and len(payload) >= MSG.size:
+                    yield payload
+
+
+def _dump(family: int) -> Iterator[tuple[int, Flow]]:
+    for payload in dump(family, 1 << TCP_ESTABLISHED, 1 << (INET_DIAG_INFO - 1)):
+        fam, _st, _t, _r, sport, dport, src, dst, _if, _c, _e, _rq, _wq, _uid, ino = \
+            MSG.unpack_from(payload)
+        counters = _info(payload[MSG.size:])
+        if counters is not None:
+            yield ino, Flow(_address(fam, src, sport), _address(fam, dst, dport), *counters)
 
 
 def flows(pids: Iterable[int]) -> list[Flow]:

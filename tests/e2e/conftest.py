@@ -28,6 +28,7 @@ def programs(tmp_path_factory) -> dict[str, list[str]]:
         built[src.stem] = [str(exe)]
     built["counter_py"] = ["python3", str(PROGRAMS / "counter.py")]
     built["net_outside"] = ["python3", str(PROGRAMS / "net_outside.py")]
+    built["listen_self"] = ["python3", str(PROGRAMS / "listen_self.py")]
     built["net_udp"] = ["python3", str(PROGRAMS / "net_udp.py")]
     built["api_user_py"] = ["python3", str(PROGRAMS / "api_user.py")]
     built["inotify_gap_py"] = ["python3", str(PROGRAMS / "inotify_gap.py")]

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import socket
+import subprocess
 import threading
 
 import pytest
@@ -210,3 +211,35 @@ def test_a_failed_dump_gives_every_process_its_sockets_back(comp, programs):
     assert server.wait(timeout=TIMEOUT) == 0 and client.wait(timeout=TIMEOUT) == 0
     assert_no_failure(server, client)
     assert comp.images() == [], "a failed checkpoint left an image"
+
+
+def _time_wait_on(port: int) -> int:
+    """Connections in TIME_WAIT whose local port is port (ss)."""
+    res = subprocess.run(["ss", "-tanH", "state", "time-wait", f"( sport = :{port} )"],
+                         capture_output=True, text=True, timeout=TIMEOUT, check=True)
+    return len(res.stdout.splitlines())
+
+
+def test_a_listener_gets_its_port_back_from_the_killed_trees_time_wait(comp, programs):
+    """A server without SO_REUSEADDR, killed while it held a connection,
+    leaves that connection in TIME_WAIT on its listening port, which a
+    plain bind then cannot have (nor raw criu restore): the restart ends
+    that connection (agent/time_wait.py) and the listener is back on its
+    port, with no warning of another one."""
+    proc, out = comp.launch(*programs["listen_self"], "100000", "10")
+    wait_for(lambda: "tick" in out.read_text(), what="the server's first tick")
+    port = int(out.read_text().split()[1])
+    comp.wait_peers(1)
+    comp.checkpoint()
+    assert comp.kill_and_wait(proc) != 0
+    assert _time_wait_on(port) > 0  # (what the restart has to get past)
+    restarted, rout = comp.restart()
+    try:
+        wait_for(lambda: rout.read_text().count("tick") >= 5, what="ticks after the restart")
+    finally:
+        comp.command("-k")
+        restarted.wait(timeout=TIMEOUT)
+    err = restarted.err_path.read_text()
+    assert "is taken here" not in err, err
+    ports = {row[3] for row in ticks(rout) if row[0] == "tick"}
+    assert ports == {str(port)}, ports
