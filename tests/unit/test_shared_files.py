@@ -3,6 +3,7 @@ the others, and write-backs that keep the inode and never show a file
 half written."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import mmap
@@ -307,3 +308,26 @@ def test_a_mapping_keeps_seeing_a_rewrite_in_place(lockdir):
     with open(target, "rb") as f, mmap.mmap(f.fileno(), 4096, mmap.MAP_SHARED, mmap.PROT_READ) as m:
         sf.put_back(entry, lockdir)
         assert m[:4] == b"bbbb"
+
+
+@pytest.mark.parametrize("kernel", ["copies all", "copies part, then refuses", "refuses"])
+def test_a_kept_file_is_copied_whole_by_the_kernel_or_without_it(tmp_path, monkeypatch, kernel):
+    data = os.urandom(3 * sf.CHUNK + 123)
+    (tmp_path / "kept").write_bytes(data)
+    sendfile = os.sendfile
+
+    def partly(out_fd, in_fd, offset, count):
+        if offset == 0 and kernel == "copies part, then refuses":
+            return sendfile(out_fd, in_fd, offset, 12345)
+        if kernel != "copies all":
+            raise OSError(errno.EINVAL, "not between these file systems")
+        return sendfile(out_fd, in_fd, offset, count)
+
+    monkeypatch.setattr(os, "sendfile", partly)
+    fd = os.open(tmp_path / "copy", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        with open(tmp_path / "kept", "rb") as src:
+            sf._copy_into(fd, src)
+    finally:
+        os.close(fd)
+    assert (tmp_path / "copy").read_bytes() == data
