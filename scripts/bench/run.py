@@ -4,7 +4,9 @@ baseline measured in the same run, median and spread over several runs.
 
   checkpoint and restart   one process of 64 MiB .. 4 GiB against raw
                            `criu dump` / `criu restore` and `dd` of the
-                           same bytes to the same disk (bench_checkpoint)
+                           same bytes to the same disk, and of 256 MiB
+                           holding a TCP connection against raw CRIU with
+                           --tcp-established (bench_checkpoint)
   many processes           checkpoint of 1..32 processes of 64 MiB against
                            raw `criu dump` of the same tree, per GiB against
                            one process, and the time the program is stopped
@@ -74,6 +76,7 @@ from report import Row, Target, markdown
 
 REPO = Path(__file__).resolve().parents[2]
 SIZES_MIB = (64, 256, 512, 1024, 4096)  # (512: issue 17's check of all three figures)
+TCP_MIB = 256  # and one size again with a TCP connection held (bench_checkpoint --tcp)
 TREE_SIZES = (1, 4, 16, 32)
 TREE_MIB = 64
 COMPRESS_MIB = 256
@@ -138,6 +141,20 @@ def sizes(ws: bc.Workspace, runs: int) -> list[Row]:
                 "criu restore, until its first tick", "s",
                 LAZY_TARGET if size >= 4096 else None),
         ]
+    # a program holding a TCP connection, as an MPI rank holds its peers':
+    # its agent makes the connection again while CRIU restores it
+    progress(f"one process of {TCP_MIB} MiB holding a TCP connection")
+    s = bc.run_rounds(ws, program, TCP_MIB, runs, tcp=True).values
+    what = f"{TCP_MIB} MiB with a TCP connection"
+    raw_restore = "criu restore --tcp-established, until its first tick"
+    rows += [
+        Row(section, f"{what}: checkpoint (-bc)", s["ckpt"], s["raw_dump_fsync"],
+            "criu dump --tcp-established + fsync", "s", CKPT_TARGET),
+        Row(section, f"{what}: restart, until the program's first tick", s["restart_tick"],
+            s["raw_restore_tick"], raw_restore, "s", RESTART_TARGET),
+        Row(section, f"{what}: restart --join (a coordinator runs), until the first tick",
+            s["restart_join_tick"], s["raw_restore_tick"], raw_restore, "s", RESTART_TARGET),
+    ]
     return rows
 
 
