@@ -1,7 +1,8 @@
 """A restored listener's port, back from the killed tree's TIME_WAIT.
 
-A tree killed while its server had connections leaves them in TIME_WAIT
-on the listener's port for a minute (the killed end closed first).  A
+A tree killed while its server had connections can leave them in
+TIME_WAIT on the listener's port for a minute (here at every kill of a
+program holding an idle connection to itself: test_network).  A
 listener made again meanwhile without SO_REUSEADDR cannot bind that port
 (nor with it: the waiting connections inherited the old listener's "no"),
 so the restored program would listen on another port than its clients
