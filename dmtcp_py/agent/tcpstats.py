@@ -25,9 +25,9 @@ NLM_F_DUMP = 0x300
 NLMSG_DONE = 3
 TCP_ESTABLISHED = 1
 INET_DIAG_INFO = 2
-# struct inet_diag_req_v2 {u8 family, protocol, ext, pad; u32 states;
-#   struct inet_diag_sockid {be16 sport, dport; be32 src[4], dst[4]; u32 if; u32 cookie[2]}}
-_REQ = struct.Struct("=BBBBI4x16s16sI8x")
+# struct inet_diag_req_v2 {u8 family, protocol, ext, pad; u32 states;} and then its
+#   struct inet_diag_sockid {be16 sport, dport; be32 src[4], dst[4]; u32 if; u32 cookie[2]}
+_REQ_HEAD = struct.Struct("=BBBBI")
 # struct inet_diag_msg {u8 family, state, timer, retrans; sockid; u32 expires,
 #   rqueue, wqueue, uid, inode}
 MSG = struct.Struct("=BBBB2s2s16s16sI8sIIIII")
@@ -54,10 +54,14 @@ def _address(family: int, raw: bytes, port: bytes) -> str:
     return f"{ip}:{int.from_bytes(port, 'big')}"
 
 
-def _request(family: int, states: int, ext: int) -> bytes:
-    body = _REQ.pack(family, socket.IPPROTO_TCP, ext, 0, states, b"", b"", 0)
-    return _NLMSGHDR.pack(_NLMSGHDR.size + len(body), SOCK_DIAG_BY_FAMILY,
-                          NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + body
+def request(family: int, states: int, *, ext: int = 0, kind: int = SOCK_DIAG_BY_FAMILY,
+            flags: int = NLM_F_REQUEST | NLM_F_DUMP, seq: int = 1,
+            sockid: bytes = bytes(SOCKID_SIZE)) -> bytes:
+    """A netlink message carrying inet_diag_req_v2 for TCP: by default the
+    dump of every socket in states; with kind, flags and the sockid of one
+    socket (as a dump gave it: its id and cookie), a request about it."""
+    body = _REQ_HEAD.pack(family, socket.IPPROTO_TCP, ext, 0, states) + sockid
+    return _NLMSGHDR.pack(_NLMSGHDR.size + len(body), kind, flags, seq, 0) + body
 
 
 def _info(attrs: memoryview) -> tuple[int, int] | None:
@@ -80,7 +84,7 @@ def dump(family: int, states: int, ext: int = 0) -> Iterator[memoryview]:
                        NETLINK_SOCK_DIAG) as sock:
         sock.bind((0, 0))
         sock.settimeout(5.0)
-        sock.sendall(_request(family, states, ext))
+        sock.sendall(request(family, states, ext=ext))
         buf = bytearray(65536)
         while True:
             n = sock.recv_into(buf)

@@ -27,15 +27,13 @@ import socket
 import struct
 
 from dmtcp_py.agent import tcpstats
-from dmtcp_py.agent.sockdiag import (_NLMSGHDR, NETLINK_SOCK_DIAG, NLM_F_REQUEST, NLMSG_ERROR,
-                                     _answers)
+from dmtcp_py.agent.sockdiag import NETLINK_SOCK_DIAG, NLM_F_REQUEST, NLMSG_ERROR, _answers
 
 log = logging.getLogger("agent")
 
 SOCK_DESTROY = 21
 NLM_F_ACK = 0x4
 TCP_TIME_WAIT = 6
-_REQ_HEAD = struct.Struct("=BBBBI")  # inet_diag_req_v2 before its inet_diag_sockid
 
 
 def _holds(msg: memoryview, port: int, address: str) -> bool:
@@ -49,9 +47,8 @@ def _holds(msg: memoryview, port: int, address: str) -> bool:
 
 
 def _destroy(family: int, sockid: bytes, seq: int) -> bytes:
-    body = _REQ_HEAD.pack(family, socket.IPPROTO_TCP, 0, 0, 1 << TCP_TIME_WAIT) + sockid
-    return _NLMSGHDR.pack(_NLMSGHDR.size + len(body), SOCK_DESTROY,
-                          NLM_F_REQUEST | NLM_F_ACK, seq, 0) + body
+    return tcpstats.request(family, 1 << TCP_TIME_WAIT, kind=SOCK_DESTROY,
+                            flags=NLM_F_REQUEST | NLM_F_ACK, seq=seq, sockid=sockid)
 
 
 def end(family: int, address: str, port: int) -> int:
