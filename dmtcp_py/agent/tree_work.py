@@ -33,6 +33,7 @@ from dmtcp_py.protocol.states import State
 if TYPE_CHECKING:
     from dmtcp_py.images import checkpoint
     from dmtcp_py.images.manifest import Manifest
+    from dmtcp_py.images.previous import Previous
 
 log = logging.getLogger("agent")
 
@@ -68,6 +69,15 @@ def _checkpoint():
     return checkpoint
 
 
+def _warm_previous(image: Path) -> Previous | None:
+    """The generation published as image, read whole for the next dump."""
+    previous = _checkpoint().read_previous(image)
+    if previous is None:
+        return None
+    log.debug("generation %d read for the next dump", previous.manifest.generation)
+    return previous.warm()
+
+
 class _Stopped(NamedTuple):
     """The tree as its suspend found it, for the dump to take instead of
     reading /proc again while the program waits."""
@@ -101,6 +111,9 @@ class TreeWork:
         # dump has no parent)
         self._trackers = tracking.Trackers()
         self._tracked_since: int | None = None
+        # the generation _tracked_since names, read for the next dump once
+        # its round was over (images.previous), while the program runs
+        self._previous: asyncio.Future | None = None
         # --precopy: this round's pre-copy (images.precopy.Layer), until a
         # dump takes it as its parent (or drops it)
         self._layer = None
@@ -428,8 +441,9 @@ class TreeWork:
                 parent = await loop.run_in_executor(None, _checkpoint().parent_view,
                                                     layer.directory, self._parent_view())
             elif track and not moving and since is not None:
+                prepared = await self._read_previous()
                 parent = await loop.run_in_executor(None, ckpt.tracking_parent, since,
-                                                    self._parent_view())
+                                                    self._parent_view(), prepared)
             try:
                 await loop.run_in_executor(None, lambda: ckpt.dump(
                     self.tree.root_pid, self._dump_log(),
@@ -485,6 +499,19 @@ class TreeWork:
                                    duration=duration, processes=len(parked))
         await fault_injection.hold(State.CHECKPOINTED)
         return WorkResult(image=image, pending=None if moving else ckpt, parked=parked)
+
+    async def _read_previous(self) -> Previous | None:
+        """The published generation as read once the last round was over,
+        if it was (the dump takes it if it is still the one published)."""
+        reading, self._previous = self._previous, None
+        if reading is None:
+            log.debug("the published generation was not read ahead")
+            return None
+        try:
+            return await reading
+        except (OSError, ImageError) as exc:  # (the dump reads it again, and says)
+            log.debug("the published generation was not read ahead: %s", exc)
+            return None
 
     def _dump_log(self) -> Path:
         return run_dir() / f"criu-dump-{self.cfg.tree_id}.log"
@@ -706,7 +733,12 @@ class TreeWork:
         if ok:
             done = [g for g in self._expired if g <= generation]
             paths = [p for g in done for p in self._expired.pop(g)]
-            await asyncio.get_running_loop().run_in_executor(None, _checkpoint().delete, paths)
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, _checkpoint().delete, paths)
+            if self._tracked_since == generation and self.cfg.ckptdir is not None:
+                image = self.cfg.ckptdir / _checkpoint().store.image_name(self.cfg.program,
+                                                                          self.cfg.tree_id)
+                self._previous = loop.run_in_executor(None, _warm_previous, image)
         elif generation in self._expired:
             self.bring_back_expired([generation])
 

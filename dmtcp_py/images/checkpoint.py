@@ -37,6 +37,8 @@ from dmtcp_py.images import (chunks, compress, integrity, shared_files, store, t
                              tree_view, written_files)
 from dmtcp_py.images import follow as follow_pages
 from dmtcp_py.images.manifest import Manifest, load
+from dmtcp_py.images.previous import Previous
+from dmtcp_py.images.previous import stamp as previous_stamp
 
 
 @mutable_record
@@ -93,6 +95,9 @@ class Checkpoint:
     # the pre-copy of this round (images.precopy.Layer), the dump's parent:
     # finish stores the pages with it as the previous generation
     layer: object | None = None
+    # the published generation a tracked dump left its unwritten pages to
+    # (tracking_parent's): finish stores the pages with it
+    previous: Previous | None = None
 
     @classmethod
     def begin(cls, ckptdir: Path, program: str, tree_id: str, generation: int) -> Checkpoint:
@@ -136,15 +141,20 @@ class Checkpoint:
         self.dumped_at = time.time()
         self.steps["criu"] = time.monotonic()
 
-    def tracking_parent(self, generation: int, view: Path) -> Path | None:
+    def tracking_parent(self, generation: int, view: Path,
+                        prepared: Previous | None = None) -> Path | None:
         """For a dump with write tracking whose pages were last protected
         by the dump of `generation`: parent_view of the published
         generation, if it is that one and its chunks can be shared; else
-        None, and the dump writes every page."""
-        previous = shareable_previous(self.final)
-        if previous is None or previous.generation != generation:
+        None, and the dump writes every page.  prepared: that generation
+        as read_previous read it before, taken if it is still the one
+        published (finish() stores the pages with it)."""
+        previous = prepared if prepared is not None and prepared.current() else \
+            read_previous(self.final)
+        if previous is None or previous.manifest.generation != generation:
             return None
-        return parent_view(self.final, view)
+        self.previous = previous
+        return parent_view(self.final, view, previous.pages_ids())
 
     def written(self) -> int:
         """Bytes written so far (while CRIU dumps)."""
@@ -226,17 +236,26 @@ class Checkpoint:
             else:
                 followed = follower.taken()
         stored = chunks.Stored()
+        prepared: Previous | None = None
+        replaced = None  # the generation this one takes the name of, if known
         if compressed and compress.compress(self.partial):
             m = replace(m, compression=compress.NAME)
         elif incremental or self.layer is not None:
             if self.layer is not None:  # (a pre-copy: it shared what it could)
                 before, previous = self.layer.directory, self.layer.stored
+            elif share and self.previous is not None:  # (what the tracked dump left pages to)
+                prepared = self.previous
+                before, previous, replaced = self.final, prepared.manifest, \
+                    prepared.manifest.generation
             else:
-                previous = shareable_previous(self.final) if share else None
-                before = self.final if previous else None
+                published = shareable_previous(self.final) if share else None
+                before, previous = (self.final, published) if published else (None, None)
+                replaced = published.generation if published else None
             self.set_aside = self.partial.with_name(self.partial.name + ".dumped")
-            stored = chunks.store(self.partial, self.generation, before, previous,
-                                  self.set_aside)
+            stored = chunks.store(
+                self.partial, self.generation, before, previous, self.set_aside,
+                index=prepared.index if prepared is not None else None,
+                parents=prepared.parent if prepared is not None else None)
             self.stored = stored
             self.steps["chunks"] = time.monotonic()
         # with CRIU's files set aside, no syncfs: it would write them to the
@@ -257,7 +276,7 @@ class Checkpoint:
                     pages=stored.pages, **{algorithm: digests})
         self.manifest = m
         m.write(self.partial)
-        expired = store.publish(self.partial, self.final, keep, durable)
+        expired = store.publish(self.partial, self.final, keep, durable, replaced)
         self.steps["publish"] = time.monotonic()
         self._drop_layer()  # (names only: what the generation uses, it linked)
         return expired + ([self.set_aside] if aside else [])
@@ -282,24 +301,36 @@ PARENT_LINK = "parent"  # what CRIU names the link to a dump's parent images
 PRECOPY_SUFFIX = ".precopy"
 
 
-def parent_view(images: Path, view: Path) -> Path | None:
+def parent_view(images: Path, view: Path, pages_ids: dict[str, int] | None = None) -> Path | None:
     """A directory (view, made anew) that shows CRIU the pagemaps of
     images, a generation or a pre-copy whose pagemaps are whole (and its
     inventory, and an empty pages file each: CRIU opens them but reads
     none), for a tracked dump to leave the pages not written since in; None
-    if a pagemap cannot be read (the dump then writes every page)."""
+    if a pagemap cannot be read (the dump then writes every page).
+    pages_ids: each pagemap's pages id, if known (Previous.pages_ids)."""
     from dmtcp_py.images import page_chain
+    if pages_ids is None:
+        pages_ids = {}
+        for pagemap in images.glob("pagemap-*.img"):
+            pm = page_chain.read_pagemap(pagemap)
+            if pm is None:
+                return None
+            pages_ids[pagemap.name] = pm.pages_id
     store.discard(view)
     view.mkdir(mode=0o700)
-    for pagemap in images.glob("pagemap-*.img"):
-        pm = page_chain.read_pagemap(pagemap)
-        if pm is None:
-            store.discard(view)
-            return None
-        os.symlink(pagemap, view / pagemap.name)
-        (view / f"pages-{pm.pages_id}.img").touch(mode=0o600)
+    for name, pages_id in pages_ids.items():
+        os.symlink(images / name, view / name)
+        (view / f"pages-{pages_id}.img").touch(mode=0o600)
     os.symlink(images / "inventory.img", view / "inventory.img")
     return view
+
+
+def read_previous(final: Path) -> Previous | None:
+    """The generation published under the image's name, for the next
+    tracked dump (images.previous), if its chunks can be shared."""
+    read_at = previous_stamp(final)
+    m = shareable_previous(final)
+    return Previous(final, m, read_at) if m is not None else None
 
 
 def shareable_previous(final: Path) -> Manifest | None:

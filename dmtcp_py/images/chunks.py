@@ -76,13 +76,14 @@ and concurrent.futures are loaded by the functions that use them.
 """
 from __future__ import annotations
 
+import copy
 import errno
 import mmap
 import os
 import threading
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -95,6 +96,8 @@ from dmtcp_py.images.manifest import Manifest
 TYPE_CHECKING = False  # (not typing's: ~4 ms of import before a restart's CRIU)
 if TYPE_CHECKING:
     from concurrent.futures import Executor
+
+    from dmtcp_py.images import tracked_pages as tp
 
 log = deferred_log.logger("images.chunks")
 
@@ -335,7 +338,7 @@ class DamagedParent(ImageError):
     bytes of is not what its digest says."""
 
 
-class _Index:
+class ChunkIndex:
     """The chunks of the previous generation, by digest."""
 
     def __init__(self, directory: Path | None, m: Manifest | Stored | None) -> None:
@@ -363,6 +366,13 @@ class _Index:
 
     def __bool__(self) -> bool:
         return bool(self.where)
+
+    def fresh(self) -> ChunkIndex:
+        """The same chunks for another store(): none linked or checked yet
+        (an index made while the program ran, used by the next checkpoint)."""
+        other = copy.copy(self)
+        other._lock, other._linked, other._sound = threading.Lock(), set(), set()
+        return other
 
     def check(self, name: str, offset: int, fd: int) -> None:
         """Before bytes at offset of its data file name go into a chunk of
@@ -393,7 +403,8 @@ class _Index:
 
 def store(partial: Path, generation: int, previous: Path | None,
           previous_manifest: Manifest | Stored | None, set_aside: Path | None = None,
-          tag: str | None = None) -> Stored:
+          tag: str | None = None, *, index: ChunkIndex | None = None,
+          parents: Callable[[str], tp.ParentPages | None] | None = None) -> Stored:
     """Replace every pages-N.img of partial by data files in partial (new
     ones fsynced, old ones linked from previous), as the module says.
     previous_manifest: the previous generation's, or what store() made of
@@ -402,8 +413,14 @@ def store(partial: Path, generation: int, previous: Path | None,
     With a previous generation to share with, CRIU's files are moved out of
     the way first: into set_aside (a new directory on the same file system,
     for the caller to remove once it replied), else to hidden names in
-    partial, removed here."""
-    index = _Index(previous, previous_manifest)
+    partial, removed here.  index, parents: previous and previous_manifest
+    as ChunkIndex and parent_pages (by pagemap name) make them, made
+    before (images.previous), else made here."""
+    index = index.fresh() if index is not None else ChunkIndex(previous, previous_manifest)
+    if parents is None:
+        def parents(name: str) -> tp.ParentPages | None:
+            assert index is not None and index.directory is not None
+            return parent_pages(index.directory / name, previous_manifest)
     pagemaps = _pagemaps(partial)
     runs = {name: _runs(pm) for name, (_, pm) in pagemaps.items()}
     # pagemaps that leave pages in the parent (a dump with write tracking)
@@ -429,7 +446,7 @@ def store(partial: Path, generation: int, previous: Path | None,
         # one file after the other, the biggest first, each on every core
         results = [
             _store_one_tracked(partial, tag, p, *tracked[name], index, previous_manifest,
-                               flusher, pool)
+                               parents(tracked[name][0].name), flusher, pool)
             if name in tracked else
             _store_one(partial, tag, p, runs.get(name), index, flusher, pool, workers)
             for p in pages_files
@@ -480,7 +497,7 @@ def _whole_file(partial: Path, pages: Path, own: str, lengths: list[int], flushe
     return digests
 
 
-def _store_one(partial: Path, tag: str, pages: Path, runs, index: _Index,
+def _store_one(partial: Path, tag: str, pages: Path, runs, index: ChunkIndex,
                flusher: Executor, pool: Executor, workers: int):
     """(pages name, {data file: chunks}, {data file: QUICK digest}, its
     order, bytes written, bytes shared) for one of CRIU's pages files (in
@@ -538,7 +555,7 @@ def _store_one(partial: Path, tag: str, pages: Path, runs, index: _Index,
             pages.unlink()  # before the kernel writes it back: never on the disk
 
 
-def _keep_shared(index: _Index, digests: set[str], partial: Path,
+def _keep_shared(index: ChunkIndex, digests: set[str], partial: Path,
                  positions: dict[str, tuple[str, int]]) -> tuple[set[str], dict[str, list[list]]]:
     """The previous generation's data files worth keeping alive for the
     chunks of these digests (at least half of a file's bytes live), hard-
@@ -560,7 +577,7 @@ def _keep_shared(index: _Index, digests: set[str], partial: Path,
     return keep, chunks
 
 
-def _own_file(partial: Path, own: str, new: list[list], new_quick: list[str], index: _Index,
+def _own_file(partial: Path, own: str, new: list[list], new_quick: list[str], index: ChunkIndex,
               keep: set[str], chunks: dict[str, list[list]]) -> dict[str, str]:
     """The generation's new data file listed in chunks (or removed, if it
     got no chunk): the QUICK digests of the data files it holds."""
@@ -579,38 +596,48 @@ def _own_file(partial: Path, own: str, new: list[list], new_quick: list[str], in
 IN_PLACE_WASTE = 1 / 4
 
 
-def _tracked_chunks(pagemap: Path, pm, index: _Index, previous: Manifest | Stored):
-    """The plan of a tracked dump's pages file (images.tracked_pages): its
-    pagemap's entries made whole, and per chunk of the generation, in
-    address order, (length, pieces, the parent's chunk it is or None)."""
+def parent_pages(path: Path, previous: Manifest | Stored) -> tp.ParentPages | None:
+    """The pagemap at path of the previous generation (previous: its
+    manifest) with its chunks placed; None if it cannot be read or its
+    pages file is not the manifest's."""
     from dmtcp_py.images import page_chain as pc, tracked_pages as tp
-    assert index.directory is not None
-    parent_pm = pc.read_pagemap(index.directory / pagemap.name)
-    if parent_pm is None or f"pages-{parent_pm.pages_id}.img" not in previous.pages:
-        raise ImageError(f"{pagemap.name}: CRIU left pages to a previous generation that "
-                         "does not hold them")
-    entries = [(e.vaddr, pc.pages_of(e) * PAGE, pc.flags_of(e)) for e in parent_pm.entries
+    pm = pc.read_pagemap(path)
+    if pm is None or f"pages-{pm.pages_id}.img" not in previous.pages:
+        return None
+    entries = [(e.vaddr, pc.pages_of(e) * PAGE, pc.flags_of(e)) for e in pm.entries
                if pc.present(e)]
     lengths_by_file = lengths_of(previous.data)
-    order = previous.pages[f"pages-{parent_pm.pages_id}.img"]
+    order = previous.pages[f"pages-{pm.pages_id}.img"]
     placed = tp.placed_chunks(
         tp.chunk_spans([(a, n) for a, n, _ in entries],
                        [lengths_by_file[f][i] for f, i in order]),
         order, lengths_by_file)
-    entry_addrs = [a for a, _, _ in entries]
+    cuts = sorted({a for a, _, _ in entries} | {a + n for a, n, _ in entries})
+    return tp.ParentPages(pm.pages_id, entries, [a for a, _, _ in entries], cuts,
+                          tp.parent_of(placed))
+
+
+def _tracked_chunks(pagemap: Path, pm, parent: tp.ParentPages | None):
+    """The plan of a tracked dump's pages file (images.tracked_pages): its
+    pagemap's entries made whole, and per chunk of the generation, in
+    address order, (length, pieces, the parent's chunk it is or None).
+    parent: the previous generation's pagemap of that name."""
+    from dmtcp_py.images import page_chain as pc, tracked_pages as tp
+    if parent is None:
+        raise ImageError(f"{pagemap.name}: CRIU left pages to a previous generation that "
+                         "does not hold them")
 
     def parent_flags(addr: int) -> int:
-        k = bisect_right(entry_addrs, addr) - 1
-        return entries[k][2] if k >= 0 else 0
+        k = bisect_right(parent.addrs, addr) - 1
+        return parent.entries[k][2] if k >= 0 else 0
 
-    cuts = sorted({a for a, _, _ in entries} | {a + n for a, n, _ in entries})
     whole, parts = tp.whole_entries(
         [(e.vaddr, pc.pages_of(e) * PAGE, pc.flags_of(e)) for e in pm.entries], parent_flags,
-        cuts)
+        parent.cuts)
     runs = [(a, n) for a, n, _ in whole]
     spans = tp.chunk_spans(runs, cut(sum(n for _, n in runs), runs)) if runs else []
     try:
-        return whole, tp.chunks_of(spans, parts, placed)
+        return whole, tp.chunks_of(spans, parts, parent.chunks)
     except KeyError as exc:
         raise ImageError(f"{pagemap.name}: {exc.args[0]}") from None
 
@@ -643,8 +670,8 @@ def _in_place(partial: Path, pages: Path, own: str, planned: list):
 
 
 def _store_one_tracked(partial: Path, tag: str, pages: Path, pagemap: Path, pm,
-                       index: _Index, previous: Manifest | Stored, flusher: Executor,
-                       pool: Executor):
+                       index: ChunkIndex, previous: Manifest | Stored,
+                       parent: tp.ParentPages | None, flusher: Executor, pool: Executor):
     """_store_one for a pages file CRIU wrote with write tracking: only the
     written pages, the rest in the parent (images.tracked_pages).  Its
     pagemap is made whole in partial; a chunk the parent had unchanged is
@@ -655,7 +682,7 @@ def _store_one_tracked(partial: Path, tag: str, pages: Path, pagemap: Path, pm,
     parent's data files, hashed, and shared or appended to the data file."""
     from dmtcp_py.images import page_chain as pc, tracked_pages as tp
     from dmtcp_py.images.writeback import start_writeback
-    whole, planned = _tracked_chunks(pagemap, pm, index, previous)
+    whole, planned = _tracked_chunks(pagemap, pm, parent)
     pages_name = f"pages-{pm.pages_id}.img"
     own = f"{pages_name[:-len('.img')]}-{tag}.img"
     kept = _in_place(partial, pages, own, planned)

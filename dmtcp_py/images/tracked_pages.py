@@ -119,6 +119,27 @@ def placed_chunks(spans: list[tuple[int, int]], order: list[list],
     return sorted(out)
 
 
+class Parent(NamedTuple):
+    """The parent's chunks of one pages file, looked up by address."""
+    chunks: list[Placed]                      # in address order (placed_chunks)
+    addrs: list[int]                          # their addresses
+    by_span: dict[tuple[int, int], Placed]    # (address, length) -> chunk
+
+
+def parent_of(placed: list[Placed]) -> Parent:
+    return Parent(placed, [c.addr for c in placed], {(c.addr, c.length): c for c in placed})
+
+
+class ParentPages(NamedTuple):
+    """One pagemap of the previous generation, as a tracked dump's plan
+    takes it (images.chunks.parent_pages reads it)."""
+    pages_id: int
+    entries: list[tuple[int, int, int]]   # its present entries: (address, bytes, flags)
+    addrs: list[int]                      # their addresses
+    cuts: list[int]                       # where they begin and end, sorted
+    chunks: Parent                        # its chunks by address
+
+
 def pieces(addr: int, length: int, parts: list[Part], part_at: int,
            parent: list[Placed], parent_addrs: list[int]) -> tuple[list[Piece], int]:
     """Where the bytes of the chunk [addr, addr + length) come from, given
@@ -165,12 +186,11 @@ def reused(pieces_: list[Piece], addr: int, length: int,
 
 
 def chunks_of(spans: list[tuple[int, int]], parts: list[Part],
-              parent: list[Placed]) -> list[tuple[int, list[Piece], Placed | None]]:
+              parent: Parent) -> list[tuple[int, list[Piece], Placed | None]]:
     """Per chunk of the generation (spans, in address order): its length,
     where its bytes are (pieces()), and the parent's chunk it is, unchanged
     (reused()), or None.  KeyError as pieces()'s."""
-    addrs = [c.addr for c in parent]
-    by_span = {(c.addr, c.length): c for c in parent}
+    placed, addrs, by_span = parent
     out: list[tuple[int, list[Piece], Placed | None]] = []
     part_at = 0
     for addr, n in spans:
@@ -183,7 +203,7 @@ def chunks_of(spans: list[tuple[int, int]], parts: list[Part],
                 and addr + n <= part.addr + part.length:
             out.append((n, [Piece(n, same.file, same.offset)], same))
             continue
-        pieces_, part_at = pieces(addr, n, parts, part_at, parent, addrs)
+        pieces_, part_at = pieces(addr, n, parts, part_at, placed, addrs)
         out.append((n, pieces_, reused(pieces_, addr, n, by_span)))
     return out
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import TIMEOUT, tool, wait_for
+from tests.e2e.harness import TIMEOUT, agent_log, tool, wait_for
 
 MIB, PERCENT = 64, 5
 
@@ -131,6 +131,32 @@ def test_written_pages_only_are_dumped_generation_after_generation(comp, program
     assert not (newest / "parent").exists(), "CRIU's link to the parent was left in the image"
     assert new_bytes(newest, newest.with_name(newest.name + ".gen-2")) <= pages_bytes(newest) // 10
     proc, out = restart(comp, newest)
+    assert prog.check(out) == "ok 2"
+    comp.kill_and_wait(proc)
+
+
+def test_a_generation_replaced_after_it_was_read_ahead_is_read_again(comp, programs, tmp_path):
+    """Once a round is over the agent reads the published generation for
+    the next dump (images.previous).  Replaced meanwhile (here by the
+    generation before it, moved into its place), what was read is not
+    taken: the dump reads the generation that is there, finds that its
+    dump did not protect the pages, and writes every page; restarted, the
+    program finds every word of its memory."""
+    prog = MemProgram(comp, programs, tmp_path, env={**os.environ, "DMTCP_LOG_LEVEL": "DEBUG"})
+    comp.checkpoint()
+    prog.write()
+    comp.checkpoint()
+    wait_for(lambda: "generation 2 read for the next dump" in agent_log(comp),
+             what="the agent to read generation 2 ahead")
+    newest = comp.images()[0]
+    older, aside = newest.with_name(newest.name + ".gen-1"), tmp_path / "aside"
+    os.rename(newest, aside)
+    os.rename(older, newest)
+    os.rename(aside, older)
+    prog.write()
+    assert _dumped_bytes(comp.checkpoint()) >= MIB << 20
+    comp.kill_and_wait(prog.proc)
+    proc, out = restart(comp, comp.images()[0])
     assert prog.check(out) == "ok 2"
     comp.kill_and_wait(proc)
 

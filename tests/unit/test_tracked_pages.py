@@ -6,7 +6,7 @@ import pytest
 from dmtcp_py.images.chunks import CHUNK, cut
 from dmtcp_py.images.page_chain import PE_LAZY, PE_PARENT, PE_PRESENT
 from dmtcp_py.images.tracked_pages import (Part, Piece, Placed, Segment, chunk_spans, chunks_of,
-                                           in_place, pieces, placed_chunks, reused,
+                                           in_place, parent_of, pieces, placed_chunks, reused,
                                            whole_entries)
 
 P = 4096
@@ -63,7 +63,7 @@ def test_a_chunk_unchanged_in_the_parent_is_the_parents_chunk():
                          Piece(CHUNK - P, "d", P)]  # the rest, where the parent had it
     assert all(r is not None for _, r in got[2:])
     # chunks_of takes the untouched ones without pieces(), to the same result
-    assert chunks_of(spans, parts, placed) == [(n, ps, r) for (_, n), (ps, r) in zip(spans, got)]
+    assert chunks_of(spans, parts, parent_of(placed)) == [(n, ps, r) for (_, n), (ps, r) in zip(spans, got)]
 
 
 def test_a_page_the_parent_does_not_hold_is_an_error():
@@ -72,7 +72,7 @@ def test_a_page_the_parent_does_not_hold_is_an_error():
     with pytest.raises(KeyError):
         pieces(A, 4 * P, [Part(A, 4 * P, None)], 0, placed, addrs)
     with pytest.raises(KeyError):
-        chunks_of([(A, 4 * P)], [Part(A, 4 * P, None)], placed)
+        chunks_of([(A, 4 * P)], [Part(A, 4 * P, None)], parent_of(placed))
 
 
 def test_whole_new_chunks_stay_where_crius_file_has_them():
