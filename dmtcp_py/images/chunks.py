@@ -196,14 +196,13 @@ def _pagemaps(directory: Path) -> dict[str, tuple[Path, object]]:
 def _runs(pm) -> list[tuple[int, int]]:
     """[(address, bytes)] of the pages a pagemap's pages file holds, in file order."""
     from dmtcp_py.images import page_chain
-    return [(e.vaddr, page_chain.pages_of(e) * PAGE) for e in pm.entries
-            if page_chain.present(e)]
+    return [(e.vaddr, e.length) for e in pm.entries if page_chain.present(e)]
 
 
 def _leaves_to_parent(pm) -> bool:
     """The pagemap of a dump with write tracking: entries in the parent."""
     from dmtcp_py.images import page_chain
-    return any(page_chain.flags_of(e) & page_chain.PE_PARENT for e in pm.entries)
+    return any(e.flags & page_chain.PE_PARENT for e in pm.entries)
 
 
 def cut(size: int, runs: list[tuple[int, int]] | None) -> list[int]:
@@ -604,8 +603,7 @@ def parent_pages(path: Path, previous: Manifest | Stored) -> tp.ParentPages | No
     pm = pc.read_pagemap(path)
     if pm is None or f"pages-{pm.pages_id}.img" not in previous.pages:
         return None
-    entries = [(e.vaddr, pc.pages_of(e) * PAGE, pc.flags_of(e)) for e in pm.entries
-               if pc.present(e)]
+    entries = [e for e in pm.entries if pc.present(e)]
     lengths_by_file = lengths_of(previous.data)
     order = previous.pages[f"pages-{pm.pages_id}.img"]
     placed = tp.placed_chunks(
@@ -632,7 +630,7 @@ def _tracked_chunks(pagemap: Path, pm, parent: tp.ParentPages | None):
         return parent.entries[k][2] if k >= 0 else 0
 
     whole, parts = tp.whole_entries(
-        [(e.vaddr, pc.pages_of(e) * PAGE, pc.flags_of(e)) for e in pm.entries], parent_flags,
+        pm.entries, parent_flags,
         parent.cuts)
     runs = [(a, n) for a, n, _ in whole]
     spans = tp.chunk_spans(runs, cut(sum(n for _, n in runs), runs)) if runs else []
@@ -814,8 +812,7 @@ def _store_one_tracked(partial: Path, tag: str, pages: Path, pagemap: Path, pm,
             os.close(fd)
     quick = _own_file(partial, own, new, new_quick, index, keep, chunks)
     whole_map = pagemap.with_name(f".whole-{pagemap.name}")
-    pc.write_pagemap(whole_map, pm.prefix, pm.pages_id,
-                     [pc.Entry(a, n, f) for a, n, f in whole])
+    pc.write_pagemap(whole_map, pm.prefix, pm.pages_id, whole)
     os.replace(whole_map, pagemap)
     if pages.parent == partial and pages.exists():
         pages.unlink()

@@ -47,7 +47,7 @@ _INT = struct.Struct("i")
 class Pagemap(NamedTuple):
     prefix: bytes       # the image's magic numbers, as read
     pages_id: int
-    entries: list       # pycriu's pagemap_entry messages, in order
+    entries: list       # Entry each, in order
 
 
 class Use(NamedTuple):
@@ -67,59 +67,97 @@ class Entry(NamedTuple):
 
 # ---- pagemap images -------------------------------------------------------------------
 
+# The two messages, read here rather than through pycriu's protobuf
+# classes (criu/images/pagemap.proto; the head first, then an entry per
+# run of pages, each behind its 32-bit size): a 1 GiB dump's ~1000
+# entries read in 4.0 ms against 6.9 ms through upb and the conversion to
+# Entry, on a checkpoint's and a restart's path.  Every field is a varint:
+#   pagemap_head  { required uint32 pages_id = 1; }
+#   pagemap_entry { required uint64 vaddr = 1; required uint32 compat_nr_pages = 2;
+#                   optional bool in_parent = 3; optional uint32 flags = 4;
+#                   optional uint64 nr_pages = 5; }
+_MAGICS = {"IMG_COMMON": 0x54564319, "IMG_SERVICE": 0x55105940, "PAGEMAP": 0x56084025}
+
+
+def _message_at(raw: bytes, at: int, end: int) -> dict[int, int]:
+    """field number -> value of the message in raw[at:end].  ValueError:
+    a field these messages do not have (every key is one byte here, each
+    value a varint)."""
+    fields = {}
+    while at < end:
+        key = raw[at]
+        if key & 7 or not 0x08 <= key <= 0x28:
+            raise ValueError(f"field key {key:#x} in a pagemap")
+        value, shift = 0, 0
+        while True:  # (inline: a call per varint took a third of the time)
+            byte = raw[at + 1]
+            at += 1
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                break
+            shift += 7
+        fields[key >> 3] = value
+        at += 1
+    if at != end:
+        raise ValueError("a message runs past its size")
+    return fields
+
+
+def _entry(fields: dict[int, int]) -> Entry:
+    """An entry as CRIU reads it (pagemap.c, init_compat_pagemap_entry):
+    its bytes, and its flags, PE_PARENT for in_parent."""
+    pages = fields[5] if 5 in fields else fields[2]
+    if fields.get(3):
+        flags = PE_PARENT | fields.get(4, 0)
+    else:
+        flags = fields.get(4, PE_PRESENT)
+    return Entry(fields[1], pages * PAGE, flags)
+
+
 def read_pagemap(path: Path) -> Pagemap | None:
     """A pagemap image's head and entries; None if it cannot be read as one."""
-    import pycriu.images
-
-    pb, magic = pycriu.images.pb, pycriu.images.magic
     try:
         raw = path.read_bytes()
         (value,), at = _INT.unpack_from(raw), 4
-        if value in (magic.by_name["IMG_COMMON"], magic.by_name["IMG_SERVICE"]):
+        if value in (_MAGICS["IMG_COMMON"], _MAGICS["IMG_SERVICE"]):
             (value,), at = _INT.unpack_from(raw, 4), 8
-        if value != magic.by_name["PAGEMAP"]:
+        if value != _MAGICS["PAGEMAP"]:
             return None
-        prefix, head, entries = raw[:at], None, []
-        while at < len(raw):
-            (size,) = _INT.unpack_from(raw, at)
-            body = raw[at + _INT.size:at + _INT.size + size]
-            at += _INT.size + size
-            if head is None:
-                head = pb.pagemap_head()
-                head.ParseFromString(body)
-                continue
-            entry = pb.pagemap_entry()
-            entry.ParseFromString(body)
-            entries.append(entry)
-        return Pagemap(prefix, head.pages_id, entries) if head is not None else None
-    except Exception:  # OSError, struct.error, protobuf's DecodeError
+        prefix, pages_id, entries = raw[:at], None, []
+        size_of, size, total = _INT.unpack_from, _INT.size, len(raw)
+        while at < total:
+            body = at + size
+            end = body + size_of(raw, at)[0]
+            if end > total:
+                return None
+            fields = _message_at(raw, body, end)
+            if pages_id is None:
+                pages_id = fields[1]
+            else:
+                entries.append(_entry(fields))
+            at = end
+        return Pagemap(prefix, pages_id, entries) if pages_id is not None else None
+    except (OSError, struct.error, ValueError, KeyError, IndexError):
         return None
 
 
-def flags_of(entry) -> int:
-    """An entry's flags as CRIU reads them (pagemap.c, init_compat_pagemap_entry)."""
-    if entry.HasField("in_parent") and entry.in_parent:
-        return PE_PARENT | (entry.flags if entry.HasField("flags") else 0)
-    return entry.flags if entry.HasField("flags") else PE_PRESENT
-
-
-def present(entry) -> bool:
+def present(entry: Entry) -> bool:
     """The entry's pages are in its own pages file."""
-    return (flags_of(entry) & (PE_PRESENT | PE_PARENT)) == PE_PRESENT
+    return (entry.flags & (PE_PRESENT | PE_PARENT)) == PE_PRESENT
 
 
-def pages_of(entry) -> int:
-    return entry.nr_pages if entry.HasField("nr_pages") else entry.compat_nr_pages
-
-
-def write_pagemap(path: Path, prefix: bytes, pages_id: int, entries: list[Entry]) -> None:
+def write_pagemap(path: Path, prefix: bytes, pages_id: int,
+                  entries: list[Entry] | list[tuple[int, int, int]]) -> None:
+    """A pagemap image, as CRIU writes one (nr_pages, compat_nr_pages 0):
+    through pycriu's classes, which encode faster than Python does (1.8
+    against 2.6 ms for 1000 entries)."""
     import pycriu.images
 
     pb = pycriu.images.pb
     head = pb.pagemap_head()
     head.pages_id = pages_id
     parts = [prefix]
-    for message in [head] + [_entry(pb, e) for e in entries]:
+    for message in [head] + [_entry_message(pb, e) for e in entries]:
         body = message.SerializeToString()
         parts += [_INT.pack(len(body)), body]
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -127,9 +165,10 @@ def write_pagemap(path: Path, prefix: bytes, pages_id: int, entries: list[Entry]
         f.write(b"".join(parts))
 
 
-def _entry(pb, e: Entry):
+def _entry_message(pb, e: Entry | tuple[int, int, int]):
+    vaddr, length, flags = e
     m = pb.pagemap_entry()
-    m.vaddr, m.compat_nr_pages, m.flags, m.nr_pages = e.vaddr, 0, e.flags, e.length // PAGE
+    m.vaddr, m.compat_nr_pages, m.flags, m.nr_pages = vaddr, 0, flags, length // PAGE
     return m
 
 
@@ -190,7 +229,7 @@ def _add(out: list[Entry], e: Entry) -> None:
 
 def top_entries(pagemap: Pagemap) -> list[Entry]:
     """The view's own pagemap: the dump's entries, all in the parent."""
-    return [Entry(e.vaddr, pages_of(e) * PAGE, (flags_of(e) & ~PE_PRESENT) | PE_PARENT)
+    return [Entry(e.vaddr, e.length, (e.flags & ~PE_PRESENT) | PE_PARENT)
             for e in pagemap.entries]
 
 
@@ -203,7 +242,7 @@ def uses_of(pagemap: Pagemap, order: list[tuple[str, int, int]]) -> list[Use] | 
     for e in pagemap.entries:
         if not present(e):
             return None
-        addr, left = e.vaddr, pages_of(e) * PAGE
+        addr, left = e.vaddr, e.length
         while left > 0:
             if k >= len(order) or order[k][2] > left or order[k][2] % PAGE:
                 return None

@@ -256,8 +256,7 @@ def _read_through(view) -> bytes:
     def level(directory):
         pm = page_chain.read_pagemap(directory / "pagemap-1.img")
         parent = level(directory / "parent") if (directory / "parent").is_dir() else None
-        entries = [page_chain.Entry(e.vaddr, page_chain.pages_of(e) * page_chain.PAGE,
-                                    page_chain.flags_of(e)) for e in pm.entries]
+        entries = list(pm.entries)
         return Level(entries, (directory / f"pages-{pm.pages_id}.img").read_bytes(), parent)
 
     top, out = level(view), b""

@@ -189,14 +189,8 @@ def test_random_layouts_read_back_what_each_address_holds(seed):
 
 
 def test_uses_follow_the_dumps_entries_and_refuse_what_does_not_fit():
-    import pycriu.images
-
-    def entry(vaddr, pages, flags=None):
-        e = pycriu.images.pb.pagemap_entry()
-        e.vaddr, e.compat_nr_pages, e.nr_pages = vaddr, 0, pages
-        if flags is not None:
-            e.flags = flags
-        return e
+    def entry(vaddr, pages, flags=pc.PE_PRESENT):
+        return pc.Entry(vaddr, pages * PAGE, flags)
 
     lazy = entry(BASE + 16 * PAGE, 1, pc.PE_PRESENT | pc.PE_LAZY)
     pm = pc.Pagemap(b"", 7, [entry(BASE, 3), lazy])
@@ -210,3 +204,61 @@ def test_uses_follow_the_dumps_entries_and_refuse_what_does_not_fit():
     assert pc.uses_of(pm, [("a", 0, 4 * PAGE)]) is None            # a chunk across two entries
     parent = pc.Pagemap(b"", 7, [entry(BASE, 4, pc.PE_PARENT)])
     assert pc.uses_of(parent, [("a", 0, 4 * PAGE)]) is None        # not in this dump
+
+
+# ---- the pagemap image, against CRIU's own protobuf classes ------------------------------
+
+def _criu_image(head_id: int, entries: list[dict]) -> bytes:
+    """A pagemap image as pycriu's classes encode it (CRIU's own layout)."""
+    import struct
+
+    import pycriu.images
+    pb, magic = pycriu.images.pb, pycriu.images.magic.by_name
+    out = struct.pack("ii", magic["IMG_COMMON"], magic["PAGEMAP"])
+    head = pb.pagemap_head()
+    head.pages_id = head_id
+    messages = [head]
+    for fields in entries:
+        e = pb.pagemap_entry()
+        for name, value in fields.items():
+            setattr(e, name, value)
+        messages.append(e)
+    for m in messages:
+        body = m.SerializeToString()
+        out += struct.pack("i", len(body)) + body
+    return out
+
+
+def test_a_pagemap_reads_as_criu_reads_it(tmp_path):
+    path = tmp_path / "pagemap-3.img"
+    path.write_bytes(_criu_image(3, [
+        {"vaddr": BASE, "compat_nr_pages": 0, "nr_pages": 1 << 20, "flags": pc.PE_PRESENT},
+        {"vaddr": 0x7FFF_FFFF_F000, "compat_nr_pages": 2},               # no flags: present
+        {"vaddr": BASE + PAGE, "compat_nr_pages": 0, "in_parent": True, "nr_pages": 4},
+        {"vaddr": BASE + 9 * PAGE, "compat_nr_pages": 0, "nr_pages": 1,
+         "flags": pc.PE_PRESENT | pc.PE_LAZY}]))
+    pm = pc.read_pagemap(path)
+    assert pm is not None and pm.pages_id == 3 and len(pm.prefix) == 8
+    assert pm.entries == [pc.Entry(BASE, (1 << 20) * PAGE, pc.PE_PRESENT),
+                          pc.Entry(0x7FFF_FFFF_F000, 2 * PAGE, pc.PE_PRESENT),
+                          pc.Entry(BASE + PAGE, 4 * PAGE, pc.PE_PARENT),
+                          pc.Entry(BASE + 9 * PAGE, PAGE, pc.PE_PRESENT | pc.PE_LAZY)]
+
+
+def test_a_pagemap_written_reads_back(tmp_path):
+    entries = [pc.Entry(BASE, 3 * PAGE, pc.PE_PRESENT), pc.Entry(BASE + 8 * PAGE, PAGE, 0),
+               (BASE + (1 << 40), 300 * PAGE, pc.PE_PARENT | pc.PE_LAZY)]
+    path = tmp_path / "pagemap-5.img"
+    pc.write_pagemap(path, _criu_image(5, [])[:8], 5, entries)
+    pm = pc.read_pagemap(path)
+    assert (pm.pages_id, pm.entries) == (5, [pc.Entry(*e) for e in entries])
+
+
+@pytest.mark.parametrize("damage", ["truncated", "other magic", "other wire type", "empty"])
+def test_a_pagemap_that_is_not_one_reads_as_none(tmp_path, damage):
+    raw = _criu_image(1, [{"vaddr": BASE, "compat_nr_pages": 0, "nr_pages": 2}])
+    raw = {"truncated": raw[:-1], "other magic": raw[:4] + b"\0\0\0\0" + raw[8:],
+           "other wire type": raw[:-2] + bytes([(5 << 3) | 2]) + raw[-1:], "empty": b""}[damage]
+    path = tmp_path / "pagemap-1.img"
+    path.write_bytes(raw)
+    assert pc.read_pagemap(path) is None
