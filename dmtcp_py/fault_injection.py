@@ -91,3 +91,16 @@ def fail_point(point: str) -> None:
     """Raise InjectedFault if DMTCP_TEST_FAIL_<point> is 1 in our environment."""
     if os.environ.get(FAIL_PREFIX + point, "").strip() == "1":
         raise InjectedFault(f"fault injected at {point} ({FAIL_PREFIX + point}=1)")
+
+
+# How long a restarted tree waits for each of its connections' other end
+# (agent/network.py: its agent publishes or looks the connection up, and
+# waits for the peer's agent): DMTCP_TEST_CONNECT_TIMEOUT=<seconds>, so a
+# test can see a restart whose peer never comes fail without waiting the
+# minute it waits by default.
+CONNECT_TIMEOUT_ENV = "DMTCP_TEST_CONNECT_TIMEOUT"
+
+
+def connect_timeout(default: float) -> float:
+    value = os.environ.get(CONNECT_TIMEOUT_ENV, "").strip()
+    return _seconds(CONNECT_TIMEOUT_ENV, value) if value else default

@@ -29,6 +29,7 @@ from typing import Awaitable, Callable
 from dmtcp_py.agent import drain, fdtable, holding, time_wait, udp
 from dmtcp_py.agent.fdtable import SocketEntry
 from dmtcp_py.agent.shimlink import ShimLink
+from dmtcp_py import fault_injection
 from dmtcp_py.errors import say
 from dmtcp_py.images import socket_table
 from dmtcp_py.images.socket_table import Connection, SocketInfo, SocketRow
@@ -41,6 +42,14 @@ log = logging.getLogger("agent.network")
 
 DRAIN_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 60.0
+
+
+def _connect_timeout() -> float:
+    """How long a connection's end waits for the other (CONNECT_TIMEOUT;
+    tests shorten it: fault_injection.connect_timeout)."""
+    return fault_injection.connect_timeout(CONNECT_TIMEOUT)
+
+
 HANDSHAKE = 16  # bytes of sha256(connection id) a reconnecting end sends first
 
 
@@ -348,7 +357,7 @@ class Network:
 
     async def _lookup_or_cancel(self, key: str) -> str:
         cancelled = self._cancel_move()
-        lookup = asyncio.ensure_future(self._lookup(key, CONNECT_TIMEOUT))
+        lookup = asyncio.ensure_future(self._lookup(key, _connect_timeout()))
         await asyncio.wait({lookup, cancelled}, return_when=asyncio.FIRST_COMPLETED)
         if not lookup.done():
             lookup.cancel()
@@ -411,7 +420,7 @@ class Network:
                     sock, h.old = h.old, None
                 else:
                     assert h.remade is not None
-                    sock = await asyncio.wait_for(asyncio.shield(h.remade), CONNECT_TIMEOUT)
+                    sock = await asyncio.wait_for(asyncio.shield(h.remade), _connect_timeout())
                     h.remade = None
                 fdtable.set_options(sock, e.info.options)
                 e.sock.close()
@@ -528,8 +537,14 @@ class Network:
                 for r in results:
                     if isinstance(r, SocketEntry):
                         r.sock.close()
-                raise RuntimeError(f"socket {address_text(row.info.local)} -> "
-                                   f"{address_text(row.info.peer)}: {result}")
+                if isinstance(result, TimeoutError):  # (its text is empty)
+                    why = (f"its other end did not come back within {_connect_timeout():g} s: "
+                           "restart the tree it leads to too (every image of the "
+                           "checkpoint, as dmtcp_restart_script.sh does)")
+                else:
+                    why = str(result) or type(result).__name__
+                raise RuntimeError(f"connection {address_text(row.info.local)} -> "
+                                   f"{address_text(row.info.peer)}: {why}")
             self.entries[row.info.ino] = result
         for w in self.warnings:
             log.warning("%s", w)
@@ -594,7 +609,7 @@ class Network:
             if info.peer:
                 peer = info.peer
                 if row.peer_known:
-                    peer = _mapped(await self._lookup(f"udp:{info.peer_key}", CONNECT_TIMEOUT),
+                    peer = _mapped(await self._lookup(f"udp:{info.peer_key}", _connect_timeout()),
                                    here[0])
                 sock.connect(peer)
             if row.datagrams:
@@ -615,7 +630,7 @@ class Network:
             lost_source = 0
             for data, src, key, known in queued:
                 if known:
-                    src = _mapped(await self._lookup(f"udp:{key}", CONNECT_TIMEOUT), target[0])
+                    src = _mapped(await self._lookup(f"udp:{key}", _connect_timeout()), target[0])
                 if not udp.inject(data, src, target):
                     lost_source += 1
             if lost_source:
@@ -645,17 +660,18 @@ class Network:
                 listener.listen(8)
                 listener.setblocking(False)
                 self._send(messages.Publish(key=key, value=where))
+                wait = _connect_timeout()
                 while True:
-                    sock, _ = await asyncio.wait_for(loop.sock_accept(listener), CONNECT_TIMEOUT)
+                    sock, _ = await asyncio.wait_for(loop.sock_accept(listener), wait)
                     sock.setblocking(False)
-                    tag = await asyncio.wait_for(recv_exactly_async(sock, HANDSHAKE), CONNECT_TIMEOUT)
+                    tag = await asyncio.wait_for(recv_exactly_async(sock, HANDSHAKE), wait)
                     if tag == _tag(conn):
                         sock.setblocking(True)
                         return sock
                     sock.close()
             finally:
                 listener.close()
-        where = await self._lookup(key, CONNECT_TIMEOUT)
+        where = await self._lookup(key, _connect_timeout())
         sock = socket.socket(family, type_)
         try:
             sock.setblocking(False)

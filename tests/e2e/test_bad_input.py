@@ -8,10 +8,12 @@ import shutil
 import socket
 import subprocess
 
+import psutil
 import pytest
 
+from dmtcp_py import fault_injection
 from tests.conftest import need_root
-from tests.e2e.harness import TIMEOUT, running_program, tool
+from tests.e2e.harness import TIMEOUT, running_program, tool, wait_for
 
 
 def free_port() -> int:
@@ -25,9 +27,10 @@ def listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def one_line_error(argv: list[str], expect: str) -> subprocess.CompletedProcess:
+def one_line_error(argv: list[str], expect: str, env: dict | None = None
+                   ) -> subprocess.CompletedProcess:
     res = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                         timeout=TIMEOUT)
+                         timeout=TIMEOUT, env=env)
     assert res.returncode != 0, res
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
@@ -120,6 +123,43 @@ def test_restart_whose_coordinator_cannot_start_leaves_nothing(good_image, progr
         one_line_error([tool("dmtcp-restart"), "-p", str(port), str(good_image)],
                        "already in use")
     assert not _running(program)
+
+
+def test_restart_of_one_end_of_a_connection_says_what_is_missing(comp, programs, tmp_path):
+    """A server and its client checkpointed, then only the client's image
+    restarted: its connection's other end never comes back.  The restart
+    ends in one line that says so and what to do (after the wait for the
+    peer, shortened here), the restored client does not run on, and the
+    images are as they were: restarted together, both go on to the end
+    of their stream."""
+    where = ["127.0.0.1", str(free_port())]
+    server, sout = comp.launch(*programs["net_stream"], "server", *where, "200", "10")
+    wait_for(lambda: sout.exists() and "listening" in sout.read_text(), what="the server")
+    client, _ = comp.launch(*programs["net_stream"], "client", *where, "200", "10")
+    comp.wait_peers(2)
+    wait_for(lambda: sout.read_text().count("tick") >= 10, what="traffic")
+    comp.checkpoint()
+    comp.command("-k")
+    assert server.wait(timeout=TIMEOUT) != 0 and client.wait(timeout=TIMEOUT) != 0
+    images = comp.images()
+    [alone] = [i for i in images if json.loads((i / "manifest.json").read_text())["argv"][1]
+               == "client"]
+    before = {p: p.stat().st_mtime_ns for i in images for p in i.iterdir()}
+    one_line_error([tool("dmtcp-restart"), "--new-coordinator", "-p", str(free_port()),
+                    str(alone)], "did not come back within 2 s",
+                   env={**os.environ, fault_injection.CONNECT_TIMEOUT_ENV: "2"})
+    wait_for(lambda: not [p for p in psutil.process_iter(["cmdline"])
+                          if where[1] in (p.info["cmdline"] or [])],
+             what="the restored client to end")
+    assert {p: p.stat().st_mtime_ns for i in images for p in i.iterdir()} == before
+    out = tmp_path / "both.out"
+    with open(out, "w") as o:
+        both = subprocess.run([tool("dmtcp-restart"), "--join", "-p", str(comp.port),
+                               *map(str, images)], stdout=o, stderr=subprocess.PIPE,
+                              text=True, timeout=TIMEOUT)
+    assert both.returncode == 0, both.stderr
+    assert sorted(line.split()[2] for line in out.read_text().splitlines()
+                  if line.startswith("done")) == ["client", "server"]
 
 
 def test_launch_missing_program(no_strays):

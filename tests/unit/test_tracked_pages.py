@@ -63,7 +63,8 @@ def test_a_chunk_unchanged_in_the_parent_is_the_parents_chunk():
                          Piece(CHUNK - P, "d", P)]  # the rest, where the parent had it
     assert all(r is not None for _, r in got[2:])
     # chunks_of takes the untouched ones without pieces(), to the same result
-    assert chunks_of(spans, parts, parent_of(placed)) == [(n, ps, r) for (_, n), (ps, r) in zip(spans, got)]
+    assert chunks_of(spans, parts, parent_of(placed)) == [(n, ps, r) for (_, n), (ps, r)
+                                                          in zip(spans, got)]
 
 
 def test_a_page_the_parent_does_not_hold_is_an_error():
