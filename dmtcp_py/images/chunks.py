@@ -770,6 +770,9 @@ def _store_one_tracked(partial: Path, tag: str, pages: Path, pagemap: Path, pm,
 
         try:
             for i, (n, pieces_, same) in enumerate(planned):
+                if same is not None and not ahead:  # (most of them: the parent's, as it was)
+                    chunk_digests.append((n, previous.data[same.file][same.index][1], pieces_))
+                    continue
                 # the chunks that changed are hashed on every core (blake3
                 # lets go of the GIL), a few ahead: their bytes wait in memory
                 ahead.append((i, n, pieces_, previous.data[same.file][same.index][1]
