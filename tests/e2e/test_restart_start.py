@@ -145,3 +145,29 @@ def test_a_restart_refused_while_its_tree_runs_touches_nothing(comp, programs, t
     wait_for(lambda: last_tick(out) > ticked, what="the program to tick on")
     assert proc.poll() is None and comp.status()["running"]
     assert comp.kill_and_wait(proc) != 0
+
+
+def test_an_incremental_generation_restores_before_the_heavy_modules_load(comp, programs,
+                                                                          tmp_path):
+    """A generation that shares chunks with the one before is read through
+    a view of parent images (images.page_chain): its pagemaps are read and
+    written without pycriu's classes (55-70 ms of import) and the view is
+    made without concurrent.futures or logging, so CRIU begins as early as
+    for a whole image; the program finds every word of its memory."""
+    from tests.e2e.test_incremental import MemProgram
+    prog = MemProgram(comp, programs, tmp_path)
+    comp.checkpoint()
+    prog.write()
+    comp.checkpoint()
+    comp.kill_and_wait(prog.proc)
+    noted, out = tmp_path / "at-criu", tmp_path / "restarted.out"
+    with open(out, "w") as o:
+        restarted = _restart_noting_modules(noted, "--join", "-p", str(comp.port),
+                                            str(comp.images()[0]), stdout=o)
+    try:
+        assert prog.check(out) == "ok 1"
+    finally:
+        comp.command("-k")
+        restarted.wait(timeout=TIMEOUT)
+        restarted.stderr.close()
+    _began_light(noted, "blake3")  # (the image's digests are BLAKE3's: images.chunks)

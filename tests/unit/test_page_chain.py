@@ -245,11 +245,14 @@ def test_a_pagemap_reads_as_criu_reads_it(tmp_path):
                           pc.Entry(BASE + 9 * PAGE, PAGE, pc.PE_PRESENT | pc.PE_LAZY)]
 
 
-def test_a_pagemap_written_reads_back(tmp_path):
+def test_a_pagemap_is_written_as_criu_writes_it(tmp_path):
     entries = [pc.Entry(BASE, 3 * PAGE, pc.PE_PRESENT), pc.Entry(BASE + 8 * PAGE, PAGE, 0),
                (BASE + (1 << 40), 300 * PAGE, pc.PE_PARENT | pc.PE_LAZY)]
     path = tmp_path / "pagemap-5.img"
     pc.write_pagemap(path, _criu_image(5, [])[:8], 5, entries)
+    assert path.read_bytes() == _criu_image(5, [
+        {"vaddr": a, "compat_nr_pages": 0, "flags": f, "nr_pages": n // PAGE}
+        for a, n, f in entries])
     pm = pc.read_pagemap(path)
     assert (pm.pages_id, pm.entries) == (5, [pc.Entry(*e) for e in entries])
 
