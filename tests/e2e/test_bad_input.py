@@ -79,14 +79,18 @@ def _drop_manifest(copy):
     (copy / "manifest.json").unlink()
 
 
+@pytest.mark.parametrize("generation", [None, "1"], ids=["newest", "--generation 1"])
 @pytest.mark.parametrize("damage, expect", [
     (_truncate_pages, "truncated"),
     (_corrupt_manifest, "corrupt"),
     (_drop_manifest, "not a complete checkpoint image"),
 ])
-def test_restart_damaged_image(good_image, tmp_path, no_strays, damage, expect):
+def test_restart_damaged_image(good_image, tmp_path, no_strays, damage, expect, generation):
+    """The restart script names its generation (--generation N): the same
+    damage is named either way."""
     port = free_port()
     one_line_error([tool("dmtcp-restart"), "-p", str(port),
+                    *(["--generation", generation] if generation else []),
                     damaged_copy(good_image, tmp_path, damage)], expect)
     assert not listening(port)
 
