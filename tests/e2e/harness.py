@@ -102,6 +102,25 @@ def agent_log(comp: Computation) -> str:
     return path.read_text() if path.exists() else ""
 
 
+def stream_images(comp: Computation, programs: dict, port: int, ticks: str,
+                  traffic: int) -> list[Path]:
+    """net_stream's server and client (two trees, one connection on port)
+    under comp, checkpointed once the server counted `traffic` ticks,
+    then killed: their images."""
+    where = ["127.0.0.1", str(port)]
+    server, sout = comp.launch(*programs["net_stream"], "server", *where, ticks, "10")
+    wait_for(lambda: sout.exists() and "listening" in sout.read_text(), what="the server")
+    client, _ = comp.launch(*programs["net_stream"], "client", *where, ticks, "10")
+    comp.wait_peers(2)
+    wait_for(lambda: sout.read_text().count("tick") >= traffic, what="traffic")
+    comp.checkpoint()
+    comp.command("-k")
+    assert server.wait(timeout=TIMEOUT) != 0 and client.wait(timeout=TIMEOUT) != 0
+    images = comp.images()
+    assert len(images) == 2
+    return images
+
+
 @contextlib.contextmanager
 def running_program(root: Path, argv: list[str], ticks: int = 3):
     """A coordinator with one ticking program under it, for fixtures that

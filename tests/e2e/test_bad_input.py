@@ -13,7 +13,7 @@ import pytest
 
 from dmtcp_py import fault_injection
 from tests.conftest import need_root
-from tests.e2e.harness import TIMEOUT, running_program, tool, wait_for
+from tests.e2e.harness import TIMEOUT, running_program, stream_images, tool, wait_for
 
 
 def free_port() -> int:
@@ -136,16 +136,8 @@ def test_restart_of_one_end_of_a_connection_says_what_is_missing(comp, programs,
     peer, shortened here), the restored client does not run on, and the
     images are as they were: restarted together, both go on to the end
     of their stream."""
-    where = ["127.0.0.1", str(free_port())]
-    server, sout = comp.launch(*programs["net_stream"], "server", *where, "200", "10")
-    wait_for(lambda: sout.exists() and "listening" in sout.read_text(), what="the server")
-    client, _ = comp.launch(*programs["net_stream"], "client", *where, "200", "10")
-    comp.wait_peers(2)
-    wait_for(lambda: sout.read_text().count("tick") >= 10, what="traffic")
-    comp.checkpoint()
-    comp.command("-k")
-    assert server.wait(timeout=TIMEOUT) != 0 and client.wait(timeout=TIMEOUT) != 0
-    images = comp.images()
+    port = free_port()
+    images = stream_images(comp, programs, port, "200", 10)
     [alone] = [i for i in images if json.loads((i / "manifest.json").read_text())["argv"][1]
                == "client"]
     before = {p: p.stat().st_mtime_ns for i in images for p in i.iterdir()}
@@ -153,7 +145,7 @@ def test_restart_of_one_end_of_a_connection_says_what_is_missing(comp, programs,
                     str(alone)], "did not come back within 2 s",
                    env={**os.environ, fault_injection.CONNECT_TIMEOUT_ENV: "2"})
     wait_for(lambda: not [p for p in psutil.process_iter(["cmdline"])
-                          if where[1] in (p.info["cmdline"] or [])],
+                          if str(port) in (p.info["cmdline"] or [])],
              what="the restored client to end")
     assert {p: p.stat().st_mtime_ns for i in images for p in i.iterdir()} == before
     out = tmp_path / "both.out"

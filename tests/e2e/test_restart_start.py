@@ -11,7 +11,8 @@ import subprocess
 
 import pytest
 
-from tests.e2e.harness import TIMEOUT, last_tick, tool, wait_for, wait_until_running
+from tests.e2e.harness import (TIMEOUT, last_tick, stream_images, tool, wait_for,
+                                wait_until_running)
 from tests.e2e.test_bad_input import free_port
 from tests.unit.test_light_imports import RESTART_BEFORE_CRIU
 
@@ -81,18 +82,7 @@ def test_connected_trees_restore_while_their_agents_load(comp, programs, tmp_pat
     agents load, the agents make the connection again while CRIU
     restores, and the stream goes on from where it was, every counter
     checked by net_stream (a lost or doubled byte fails it)."""
-    ticks_wanted = "300"
-    where = ["127.0.0.1", str(free_port())]
-    server, sout = comp.launch(*programs["net_stream"], "server", *where, ticks_wanted, "10")
-    wait_for(lambda: sout.exists() and "listening" in sout.read_text(), what="the server")
-    client, _ = comp.launch(*programs["net_stream"], "client", *where, ticks_wanted, "10")
-    comp.wait_peers(2)
-    wait_for(lambda: sout.read_text().count("tick") >= 20, what="traffic")
-    comp.checkpoint()
-    comp.command("-k")
-    assert server.wait(timeout=TIMEOUT) != 0 and client.wait(timeout=TIMEOUT) != 0
-    images = comp.images()
-    assert len(images) == 2
+    images = stream_images(comp, programs, free_port(), "300", 20)
     runs = [[image] for image in images] if commands == "one per tree" else [images]
     restarted = []
     try:
