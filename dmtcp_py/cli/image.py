@@ -21,7 +21,6 @@ from dmtcp_py import __version__
 from dmtcp_py.cli.base import CONTEXT, run
 from dmtcp_py.errors import ImageError
 from dmtcp_py.images import store, transfer
-from dmtcp_py.images.manifest import load
 
 
 @click.group(context_settings=CONTEXT)
@@ -57,10 +56,8 @@ def receive(ckptdir):
 def has(image, generation):
     """Print where that generation of IMAGE is (IMAGE itself, or kept beside
     it once a newer one took the name) and exit 0 if it is complete; else 1."""
-    found = store.find_generation(image, generation)
     try:
-        if found is None or load(found).generation != generation:
-            return 1
+        found, _ = store.load_generation(image, generation)
     except ImageError:
         return 1
     click.echo(found)

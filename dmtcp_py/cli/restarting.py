@@ -28,7 +28,7 @@ from dmtcp_py.agent.config import AgentConfig, agents_can_share
 from dmtcp_py.agent.restoring import Restore
 from dmtcp_py.cli import fastargs
 from dmtcp_py.cli.coordinators import Starting, exit_code
-from dmtcp_py.errors import ImageError, UserError, say
+from dmtcp_py.errors import UserError, say
 from dmtcp_py.images import integrity, manifest, shared_files
 from dmtcp_py.protocol.handshake import Coordinator
 from dmtcp_py.tokens import resolve_token
@@ -189,7 +189,8 @@ def _checked_images(a: fastargs.RestartArgs, images: list[str],
     restartable standard streams, our own images, every small file's
     digest, and the read-only files the program maps unchanged."""
     if generation is not None:
-        found = [_of_generation(Path(i), generation) for i in images]
+        from dmtcp_py.images import store  # (only for --generation)
+        found = [store.load_generation(Path(i), generation) for i in images]
         loaded = [(path.resolve(), m) for path, m in found]
     else:
         loaded = [(Path(i).resolve(), manifest.load(Path(i))) for i in images]
@@ -260,23 +261,3 @@ def _agent(cfg: AgentConfig, begun: Restore | None = None,
     from dmtcp_py.agent.runner import Agent, restart_log_name
     logs.setup(restart_log_name(cfg))
     return exit_code(asyncio.run(Agent(cfg, begun=begun, claim_ends=claim_ends).run()))
-
-
-def _of_generation(image: Path, generation: int) -> tuple[Path, manifest.Manifest]:
-    """Where generation `generation` of image is (under its name, or kept
-    beside it as .gen-N), with its manifest, read once (the restart
-    script's --generation: ~3 ms of JSON per reading of a 1 GiB
-    incremental generation's)."""
-    damaged = None
-    for candidate in (image, image.with_name(f"{image.name}.gen-{generation}")):
-        try:
-            m = manifest.load(candidate)
-        except ImageError as exc:
-            damaged = damaged or (exc if candidate.exists() else None)
-            continue
-        if m.generation == generation:
-            return candidate, m
-    if damaged is not None:
-        raise damaged
-    raise UserError(f"no generation {generation} of {image} (neither it nor "
-                    f"{image.name}.gen-{generation} holds it)")
