@@ -26,10 +26,10 @@ import socket
 from pathlib import Path
 from typing import Awaitable, Callable
 
+from dmtcp_py import fault_injection
 from dmtcp_py.agent import drain, fdtable, holding, time_wait, udp
 from dmtcp_py.agent.fdtable import SocketEntry
 from dmtcp_py.agent.shimlink import ShimLink
-from dmtcp_py import fault_injection
 from dmtcp_py.errors import say
 from dmtcp_py.images import socket_table
 from dmtcp_py.images.socket_table import Connection, SocketInfo, SocketRow

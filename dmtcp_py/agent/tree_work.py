@@ -136,9 +136,8 @@ class TreeWork:
         round: without a layer the dump writes every page it would have."""
         if self.cfg.precopy and self._tracks() and self.tree.root_pid is not None:
             loop = asyncio.get_running_loop()
-            cfg = self.cfg
-            assert cfg.ckptdir is not None, "the coordinator's welcome sets it"
-            image = cfg.ckptdir / _checkpoint().store.image_name(cfg.program, cfg.tree_id)
+            image = self._image()
+            assert image is not None, "the coordinator's welcome sets the directory"
             published = await loop.run_in_executor(None, _checkpoint().shareable_previous,
                                                    image)
             written = await loop.run_in_executor(None, self._written_since_protected,
@@ -513,6 +512,14 @@ class TreeWork:
             log.debug("the published generation was not read ahead: %s", exc)
             return None
 
+    def _image(self) -> Path | None:
+        """Where the tree's image is published (None before the
+        coordinator's welcome names the directory)."""
+        cfg = self.cfg
+        if cfg.ckptdir is None:
+            return None
+        return cfg.ckptdir / _checkpoint().store.image_name(cfg.program, cfg.tree_id)
+
     def _dump_log(self) -> Path:
         return run_dir() / f"criu-dump-{self.cfg.tree_id}.log"
 
@@ -735,9 +742,8 @@ class TreeWork:
             paths = [p for g in done for p in self._expired.pop(g)]
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, _checkpoint().delete, paths)
-            if self._tracked_since == generation and self.cfg.ckptdir is not None:
-                image = self.cfg.ckptdir / _checkpoint().store.image_name(self.cfg.program,
-                                                                          self.cfg.tree_id)
+            image = self._image()
+            if self._tracked_since == generation and image is not None:
                 self._previous = loop.run_in_executor(None, _warm_previous, image)
         elif generation in self._expired:
             self.bring_back_expired([generation])

@@ -620,7 +620,7 @@ def _tracked_chunks(pagemap: Path, pm, parent: tp.ParentPages | None):
     pagemap's entries made whole, and per chunk of the generation, in
     address order, (length, pieces, the parent's chunk it is or None).
     parent: the previous generation's pagemap of that name."""
-    from dmtcp_py.images import page_chain as pc, tracked_pages as tp
+    from dmtcp_py.images import tracked_pages as tp
     if parent is None:
         raise ImageError(f"{pagemap.name}: CRIU left pages to a previous generation that "
                          "does not hold them")

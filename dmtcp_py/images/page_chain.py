@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import os
 import struct
-from pathlib import Path
 from collections import namedtuple
+from pathlib import Path
 
 PAGE = 4096
 PE_PARENT, PE_LAZY, PE_PRESENT = 1, 2, 4

@@ -34,15 +34,22 @@ def stamp(directory: Path) -> Stamp | None:
 
 class Previous:
     """A published generation (directory, its manifest as read when it
-    had the stamp), with its chunk index; its pagemaps' plans
-    (chunks.parent_pages) are read when first asked for, or all at once
-    by warm()."""
+    had the stamp); its chunk index and its pagemaps' plans
+    (chunks.parent_pages) are made when first asked for, or all at once
+    by warm() (a dump that reads the generation at the checkpoint makes
+    them once the program runs again, in finish())."""
 
     def __init__(self, directory: Path, manifest: Manifest, read_at: Stamp | None) -> None:
         self.directory, self.manifest, self.read_at = directory, manifest, read_at
-        self.index = chunks.ChunkIndex(directory, manifest)
+        self._index: chunks.ChunkIndex | None = None
         self._parents: dict[str, tracked_pages.ParentPages | None] = {}
         self._warm = False
+
+    @property
+    def index(self) -> chunks.ChunkIndex:
+        if self._index is None:
+            self._index = chunks.ChunkIndex(self.directory, self.manifest)
+        return self._index
 
     def parent(self, pagemap: str) -> tracked_pages.ParentPages | None:
         if pagemap not in self._parents:
@@ -50,6 +57,7 @@ class Previous:
         return self._parents[pagemap]
 
     def warm(self) -> Previous:
+        _ = self.index  # (made now, not at the checkpoint)
         for path in self.directory.glob("pagemap-*.img"):
             self.parent(path.name)
         self._warm = True
