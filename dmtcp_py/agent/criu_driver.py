@@ -155,14 +155,20 @@ def begin_dump(log_path: Path, track: bool = False) -> DumpSession:
 def dump(root_pid: int, images_dir: Path, log_path: Path, *, leave_running: bool,
          external: list[str], session: DumpSession | None = None,
          track: bool = False, parent: Path | None = None,
-         on_dumped: Callable[[], None] | None = None) -> None:
+         on_dumped: Callable[[], None] | None = None,
+         before_seizing: Callable[[], None] | None = None,
+         on_seized: Callable[[], None] | None = None) -> None:
     """session: begin_dump's for this log_path, used and closed here
     (one that ended meanwhile is replaced).  track: CRIU reads which pages
     were written since the last tracked dump, and protects them again
     (agent/tracking.py); parent: that dump's images (a directory with its
-    pagemaps), where CRIU leaves the pages not written since.  on_dumped:
-    called (in this thread) once every image is written, the tree still
-    frozen by CRIU (its post-dump notification)."""
+    pagemaps), where CRIU leaves the pages not written since.  Called in
+    this thread, and waited for by CRIU: before_seizing, as CRIU is about
+    to seize the tree (its pre-dump notification); on_seized, once it has,
+    before it reads anything of the processes or puts its parasite into
+    them (query-ext-files); on_dumped, once every image is written, the
+    tree still frozen (post-dump).  What one of them raises ends the dump
+    (CRIU lets the tree go) and is raised again here."""
     pycriu = _pycriu()
     if session is not None and not session.usable(log_path, track):
         session.close()
@@ -179,10 +185,13 @@ def dump(root_pid: int, images_dir: Path, log_path: Path, *, leave_running: bool
         session.rpc.opts.pid = root_pid
         session.rpc.opts.leave_running = leave_running
         session.rpc.opts.external.extend(external)
-        if on_dumped is None:
-            session.rpc.dump()
+        hooks = {name: hook for name, hook in (("pre-dump", before_seizing),
+                                                ("query-ext-files", on_seized),
+                                                ("post-dump", on_dumped)) if hook is not None}
+        if hooks:
+            _dump_notified(session, hooks)
         else:
-            _dump_notified(session, on_dumped)
+            session.rpc.dump()
     except (pycriu.CRIUException, _RpcBroken) as exc:
         raise _failure("dump", exc, log_path, session) from None
     finally:
@@ -195,17 +204,19 @@ class _RpcBroken(Exception):
     class's)."""
 
 
-def _dump_notified(session: DumpSession, on_dumped: Callable[[], None]) -> None:
+def _dump_notified(session: DumpSession, hooks: dict[str, Callable[[], None]]) -> None:
     """pycriu's dump, asking CRIU to stop at its action scripts' points
-    (notify_scripts): each one it announces is answered at once, and
-    post-dump, where the images are complete and the tree is still
-    frozen, calls on_dumped first."""
+    (notify_scripts): each one it announces is answered once its hook
+    (by the point's name) has returned, at once where there is none.  A
+    hook's exception is answered as a failure, and raised once CRIU has
+    given up."""
     pycriu = _pycriu()
     from google.protobuf.message import DecodeError  # (pycriu's protobuf, loaded with it)
     rpc = pycriu.rpc
     req = rpc.criu_req(type=rpc.DUMP)
     req.opts.MergeFrom(session.rpc.opts)
     req.opts.notify_scripts = True
+    failed: BaseException | None = None
     try:
         session.sock.send(req.SerializeToString())
         while True:
@@ -213,12 +224,18 @@ def _dump_notified(session: DumpSession, on_dumped: Callable[[], None]) -> None:
             resp.ParseFromString(_recv_packet(session.sock))
             if resp.type != rpc.NOTIFY:
                 break
-            if resp.notify.script == "post-dump":
-                on_dumped()
-            session.sock.send(rpc.criu_req(type=rpc.NOTIFY, notify_success=True)
+            hook = hooks.get(resp.notify.script) if failed is None else None
+            try:
+                if hook is not None:
+                    hook()
+            except BaseException as exc:  # (CRIU must hear of it, or it waits for ever)
+                failed = exc
+            session.sock.send(rpc.criu_req(type=rpc.NOTIFY, notify_success=failed is None)
                               .SerializeToString())
     except (OSError, DecodeError) as exc:
         raise _RpcBroken(f"DUMP failed: {exc}") from None
+    if failed is not None:
+        raise failed
     if not resp.success:
         raise pycriu.CRIUExceptionExternal(rpc.DUMP, resp.type, resp.cr_errno)
 

@@ -9,9 +9,11 @@ comes, and what a failure means, is the machine's.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, NamedTuple
@@ -400,10 +402,30 @@ class TreeWork:
         parked = frozenset(self.shims.pids())  # REFILLED waits for these, also on failure
         own = self.shims.own_pids()  # (before they detach)
         gone = False  # the tree ended with its dump (a stopping checkpoint)
+        files: _Beside | None = None  # the read of the tree's files
+        dumping: asyncio.Future | None = None  # CRIU's dump, on a worker thread
+
+        async def settle() -> None:
+            """Until nothing writes into the partial directory any more:
+            it goes once the dump failed."""
+            if dumping is not None:
+                await asyncio.wait([dumping])
+                if not dumping.cancelled():
+                    dumping.exception()  # (said by the failure that brought us here)
+            if files is not None:
+                await files.settled()
         try:
-            # the shims detach while the tree's files are read: each only
-            # needs the tree stopped, and the program waits for both
+            # Three things need the tree stopped, and the program waits for
+            # all of them: the shims detach, the tree's files are read, CRIU
+            # starts and seizes the tree.  CRIU is asked at once and waits
+            # for the shims before it seizes anything (its pre-dump: a
+            # seized shim cannot close its link); the files are read once
+            # they detached, while CRIU seizes, and CRIU waits for them
+            # before it looks into any process (on_seized).  The read and
+            # the shims' answers take turns at the GIL, so side by side they
+            # took as long as one after the other.
             parking = asyncio.ensure_future(self.shims.park_all(SHIM_TIMEOUT, token))
+            detached = _Gate()
             stopped, self._stopped = self._stopped, None
             try:
                 pids = stopped.pids if stopped is not None else self.tree.pids()
@@ -413,46 +435,55 @@ class TreeWork:
                     raise criu_driver.CriuError(refusal)
                 if self.tree.init_dir is not None:
                     init_dir.clear_stale(self.tree.init_dir)
-                await loop.run_in_executor(None, ckpt.save_files, facts,
-                                           stopped.links if stopped is not None else None)
-            finally:
-                stuck, queues[:] = await parking
-                ckpt.steps["park"] = time.monotonic()
-            if stuck:
-                raise criu_driver.CriuError(f"processes {stuck} did not detach from the agent")
-            if token:  # (let go at the dump's end, a process may fail after it)
-                _no_failure_inside(pids)
-            self.tree.hold_reaping = True
-            session = await self._started_criu()
-            track = self._tracks()
-            since, self._tracked_since = self._tracked_since, None
-            layer, self._layer = self._layer, None  # (any dump takes it: images.precopy)
-            if layer is not None and not (track and not moving):  # (not its parent)
-                await loop.run_in_executor(None, _checkpoint().delete, [layer.directory])
-                layer = None
-            # (with a pre-copy, what it wrote counts as written by this checkpoint)
-            before = layer.stored.written if layer is not None else 0
-            ticker = asyncio.create_task(self._report_progress(
-                step.generation, lambda: before + ckpt.written(), pids))
-            parent = None
-            if layer is not None:
-                ckpt.layer = layer  # (finish stores the pages with it as the previous)
-                parent = await loop.run_in_executor(None, _checkpoint().parent_view,
-                                                    layer.directory, self._parent_view())
-            elif track and not moving and since is not None:
-                prepared = await self._read_previous()
-                parent = await loop.run_in_executor(None, ckpt.tracking_parent, since,
-                                                    self._parent_view(), prepared)
-            try:
-                await loop.run_in_executor(None, lambda: ckpt.dump(
+                files = _Beside(_read_files, ckpt, facts, pids, token,
+                                stopped.links if stopped is not None else None)
+                session = await self._started_criu()
+                track = self._tracks()
+                since, self._tracked_since = self._tracked_since, None
+                layer, self._layer = self._layer, None  # (any dump takes it: images.precopy)
+                if layer is not None and not (track and not moving):  # (not its parent)
+                    await loop.run_in_executor(None, _checkpoint().delete, [layer.directory])
+                    layer = None
+                parent = None
+                if layer is not None:
+                    ckpt.layer = layer  # (finish stores the pages with it as the previous)
+                    parent = await loop.run_in_executor(None, _checkpoint().parent_view,
+                                                        layer.directory, self._parent_view())
+                elif track and not moving and since is not None:
+                    prepared = await self._read_previous()
+                    parent = await loop.run_in_executor(None, ckpt.tracking_parent, since,
+                                                        self._parent_view(), prepared)
+                # (with a pre-copy, what it wrote counts as written by this checkpoint)
+                before = layer.stored.written if layer is not None else 0
+                reading = files  # (the same, never None: for the closure below)
+
+                def before_seizing() -> None:  # (CRIU's thread, at its pre-dump)
+                    detached.wait()
+                    reading.start()
+                self.tree.hold_reaping = True
+                ticker = asyncio.create_task(self._report_progress(
+                    step.generation, lambda: before + ckpt.written(), pids))
+                dumping = loop.run_in_executor(None, lambda: ckpt.dump(
                     self.tree.root_pid, self._dump_log(),
                     leave_running=moving or not step.stop, external=facts.external,
                     follow=self._early_writeback(step, moving), session=session,
                     track=track, parent=parent,
-                    on_dumped=None if step.stop and not moving else listen_early))
+                    on_dumped=None if step.stop and not moving else listen_early,
+                    before_seizing=before_seizing, on_seized=reading.done.result))
+            finally:
+                why: str | None = "the checkpoint was given up"
+                try:
+                    stuck, queues[:] = await parking
+                    ckpt.steps["park"] = time.monotonic()
+                    why = f"processes {stuck} did not detach from the agent" if stuck else None
+                finally:
+                    detached.open(why)  # (CRIU, if asked, gives up with that)
+            try:
+                await dumping
             finally:
                 self.tree.hold_reaping = False
                 ticker.cancel()
+            await asyncio.wrap_future(files.done)  # (read by now: CRIU waited for it)
             if early:  # the processes come back while the socket table is taken
                 await self.shims.listen(early.pop(), released.pop() if released else None)
             if track:  # (the pages it protected are those of this generation's images)
@@ -474,9 +505,11 @@ class TreeWork:
             if any(words in str(exc) for words in tracking.CRIU_REFUSALS):
                 log.warning("write tracking turned off for this tree: %s", exc)
                 self._tracking_refused = True
+            await settle()
             await loop.run_in_executor(None, ckpt.discard)
             return WorkResult(error=str(exc), parked=parked)
         except BaseException:
+            await settle()
             await loop.run_in_executor(None, ckpt.discard)
             raise
         finally:
@@ -784,6 +817,72 @@ def home_dir(image: Path) -> Path:
     holds the migration's: the tree's later checkpoints and migrations go
     there, not into a directory that is gone."""
     return image.parent.parent.parent if is_migration_image(image) else image.parent
+
+
+class _Gate:
+    """Where a worker thread waits until the event loop lets it through,
+    or says why not (CriuError)."""
+
+    def __init__(self) -> None:
+        self._opened = threading.Event()
+        self._why: str | None = None
+
+    def open(self, why: str | None = None) -> None:
+        self._why = why
+        self._opened.set()
+
+    def wait(self) -> None:
+        self._opened.wait()
+        if self._why is not None:
+            raise criu_driver.CriuError(self._why)
+
+
+class _Beside:
+    """work(*args) on a worker thread of the running loop, once start() is
+    called (from any thread); done: its future, which any thread may wait
+    for.  No thread waits for the start."""
+
+    def __init__(self, work: Callable[..., None], *args) -> None:
+        self.done: concurrent.futures.Future = concurrent.futures.Future()
+        self._loop = asyncio.get_running_loop()
+        self._work = lambda: work(*args)
+        self._lock = threading.Lock()
+        self._started = False
+
+    def _claim(self) -> bool:
+        with self._lock:
+            first, self._started = not self._started, True
+        return first
+
+    def start(self) -> None:
+        if self._claim():
+            self._loop.call_soon_threadsafe(self._loop.run_in_executor, None, self._run)
+
+    def _run(self) -> None:
+        try:
+            self.done.set_result(self._work())
+        except BaseException as exc:
+            self.done.set_exception(exc)
+
+    async def settled(self) -> None:
+        """Until it has ended, whatever its outcome; if it had not
+        started, it never does."""
+        if self._claim():
+            self.done.set_result(None)
+        ended = asyncio.wrap_future(self.done)
+        await asyncio.wait([ended])
+        if not ended.cancelled():
+            ended.exception()  # (said by the failure that brought us here, if it failed)
+
+
+def _read_files(ckpt: checkpoint.Checkpoint, facts: checkpoint.TreeFacts, pids: list[int],
+                token: int, links: dict[int, list[tuple[int, str]]] | None) -> None:
+    """What the dump reads of the stopped tree beside CRIU's seizing of it
+    (TreeWork._dump): the files CRIU leaves out, and, for a tree let go
+    at the dump's end, that none of its processes was killed by a failure."""
+    if token:  # (let go at the dump's end, a process may fail after it)
+        _no_failure_inside(pids)
+    ckpt.save_files(facts, links)
 
 
 def _no_failure_inside(pids: list[int]) -> None:

@@ -5,9 +5,12 @@ them in a worker thread):
 
 1. save_files: the program's threads stopped (parked), what CRIU does
    not keep: the files it maps shared, its scratch files, the length of
-   the files it writes.  Before the dump, not after: a dump that ends the
-   tree (a stopping checkpoint, -kc) leaves no /proc to read, and while
-   CRIU dumps, its parasite's memory and socket are in the processes.
+   the files it writes.  Before CRIU reads the tree, not after: a dump
+   that ends the tree (a stopping checkpoint, -kc) leaves no /proc to
+   read, and while CRIU dumps, its parasite's memory and socket are in
+   the processes.  While CRIU starts and seizes the tree, though: it
+   waits for them at its query-ext-files notification (dump's
+   on_seized), before its parasite goes in.
 2. dump: CRIU writes the tree into the same partial directory (never a
    name a restart would take); meanwhile its page files are hashed and
    sent toward the disk as far as they are written (images.follow).
@@ -110,20 +113,24 @@ class Checkpoint:
              external: list[str], follow: bool = False,
              session: criu_driver.DumpSession | None = None,
              track: bool = False, parent: Path | None = None,
-             on_dumped: Callable[[], None] | None = None) -> None:
+             on_dumped: Callable[[], None] | None = None,
+             before_seizing: Callable[[], None] | None = None,
+             on_seized: Callable[[], None] | None = None) -> None:
         """follow: hash the page files while CRIU writes them and start
         their writeback (images.follow); for pages that finish() seals as
         CRIU left them (not compressed, not chunked).  session: CRIU
         started already (criu_driver.begin_dump), used and closed.  track,
         parent: write tracking (criu_driver.dump; parent: tracking_parent's),
-        for a generation finish() stores as chunks.  on_dumped: criu_driver.dump's."""
+        for a generation finish() stores as chunks.  on_dumped,
+        before_seizing, on_seized: criu_driver.dump's."""
         follower = follow_pages.PageFollower(self.partial) if follow else None
         if follower is not None:
             follower.start()
         try:
             criu_driver.dump(root_pid, self.partial, log_path, leave_running=leave_running,
                              external=external, session=session, track=track, parent=parent,
-                             on_dumped=on_dumped)
+                             on_dumped=on_dumped, before_seizing=before_seizing,
+                             on_seized=on_seized)
         except BaseException:
             if follower is not None:
                 follower.close()
@@ -163,8 +170,10 @@ class Checkpoint:
     def save_files(self, facts: TreeFacts,
                    links: dict[int, list[tuple[int, str]]] | None = None) -> None:
         """The files CRIU leaves out, saved into the partial directory
-        before the dump.  The program's threads are stopped until after
-        it: the mapped files are as the dumped memory sees them.  links:
+        while CRIU starts and seizes the tree, before it reads any of its
+        processes (tree_work waits for them there).  The program's threads
+        are stopped until after the dump: the mapped files are as the
+        dumped memory sees them.  links:
         the fds of processes read since they stopped (TreeView.read)."""
         partial = self.partial
         # /proc once: each process's maps and fds, for all that follows

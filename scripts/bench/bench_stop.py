@@ -215,9 +215,10 @@ def new_lines(path: Path, offset: int) -> tuple[list[list[str]], int]:
 
 @dataclass
 class Tree:
-    comp: bc.Computation
+    comp: bc.Computation | None     # None: the tree outside our control (start_direct)
     out: Path                       # the program's shared stdout
-    procs: list[psutil.Process]     # the program's processes
+    procs: list[psutil.Process]     # the program's processes, the root first if direct
+    starter: subprocess.Popen       # dmtcp-launch, or the direct tree's root
     offset: int = 0                 # of out: what was read already
 
     def lines(self) -> list[list[str]]:
@@ -241,8 +242,9 @@ class Tree:
             for words in self.lines():
                 if len(words) == 3 and words[0] == "gap" and int(words[1]) in pids:
                     got[int(words[1])] = int(words[2])
-            if self.comp.agent.poll() is not None:
-                raise BenchError(f"dmtcp-launch exited with {self.comp.agent.returncode}")
+            if self.starter.poll() is not None:
+                raise BenchError(f"{Path(self.starter.args[0]).name} exited with "
+                                 f"{self.starter.returncode}")
             return len(got) == len(pids)
 
         wait_until(all_answered, "every process to report its gap", REPORT_TIMEOUT)
@@ -273,7 +275,7 @@ def launch(ws: Workspace, program: Path, procs: int, mib: int, options: tuple[st
     ws.children.append(agent)
     comp = bc.Computation(port, agent)
     ready: set[int] = set()
-    tree = Tree(comp, out, [])
+    tree = Tree(comp, out, [], agent)
 
     def all_ready() -> bool:
         if agent.poll() is not None:
@@ -303,35 +305,38 @@ def launch(ws: Workspace, program: Path, procs: int, mib: int, options: tuple[st
     return tree
 
 
-def start_direct(ws: Workspace, program: Path, procs: int, mib: int) -> list[psutil.Process]:
+def start_direct(ws: Workspace, program: Path, procs: int, mib: int) -> Tree:
     """The same tree outside our control, in a session of its own (so raw
-    CRIU needs no --shell-job); its processes, root first, once all filled
-    their memory."""
+    CRIU needs no --shell-job), once all its processes filled their memory."""
     out = ws.base / f"direct-{procs}.out"
     out.unlink(missing_ok=True)
     root = ws.spawn([str(program), str(mib), str(procs)], out, start_new_session=True)
+    tree = Tree(None, out, [], root)
     ready: set[int] = set()
 
     def all_ready() -> bool:
         if root.poll() is not None:
             raise BenchError(f"the directly started tree exited with {root.returncode}")
-        ready.update(int(w[1]) for w in (ln.split() for ln in out.read_text().splitlines())
-                     if len(w) == 3 and w[0] == "ready")
+        ready.update(int(w[1]) for w in tree.lines() if len(w) == 3 and w[0] == "ready")
         return len(ready) == procs
 
     wait_until(all_ready, f"{procs} direct processes to fill their memory", READY_TIMEOUT)
-    return [ws.adopt(root.pid)] + [ws.adopt(pid) for pid in sorted(ready - {root.pid})]
+    tree.procs = [ws.adopt(root.pid)] + [ws.adopt(pid) for pid in sorted(ready - {root.pid})]
+    return tree
 
 
-def raw_dump_tree(root: int, images: Path) -> tuple[float, float, float]:
-    """`criu dump --leave-running` of a whole tree: (wall seconds, the same
-    plus an fsync of every image file, CRIU frozen seconds); the images are
-    removed afterwards."""
-    seconds = bc.timed(bc.raw_dump, root, images)[0]
+def raw_dump_tree(direct: Tree, images: Path) -> tuple[float, float, float, float]:
+    """`criu dump --leave-running` of a whole tree (start_direct's):
+    (wall seconds, the same plus an fsync of every image file, CRIU frozen
+    seconds, the largest gap any of its processes saw meanwhile); the
+    images are removed afterwards."""
+    direct.gaps()                         # a fresh maximum from here
+    seconds = bc.timed(bc.raw_dump, direct.procs[0].pid, images)[0]
+    stop = max(direct.gaps().values()) / 1e9
     durable = seconds + bc.timed(bc.fsync_all, images)[0]
     frozen = bc.criu_seconds(images / "stats-dump", "dump", "frozen_time")
     bc._remove(images)
-    return seconds, durable, frozen
+    return seconds, durable, frozen, stop
 
 
 # ---- the measurements --------------------------------------------------------------
